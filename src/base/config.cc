@@ -1,0 +1,231 @@
+#include "base/config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
+#include "base/log.h"
+
+extern char** environ;
+
+namespace loom {
+namespace {
+
+constexpr int64_t kKiB = 1024;
+
+// The one table. Keep README's configuration table in step (scripts/check-docs.sh compares them).
+const ConfigRow kRows[] = {
+    {"LOG_LEVEL", ConfigType::kEnum, "warn", "Messages printed to stderr: error, warn, info or debug.",
+     "error|warn|info|debug"},
+    {"TRACE", ConfigType::kBool, "0", "Print every message sent and received with its type's printer."},
+    {"STATS", ConfigType::kBool, "0", "Print this node's counters (messages, bytes per type) at exit."},
+    {"STATS_JSON", ConfigType::kString, "",
+     "Write this node's counters as JSON to this path at exit ('%r' is replaced by the rank)."},
+    {"BOOTSTRAP", ConfigType::kEnum, "auto",
+     "How a node finds its job: loomrun, pmix (mpirun, srun), single (one node), or auto.",
+     "auto|loomrun|pmix|single"},
+    {"TRANSPORTS", ConfigType::kString, "",
+     "UCX transports to use (sets UCX_TLS), e.g. 'tcp' or 'shm,self'. Empty: UCX chooses."},
+    {"NET_DEVICES", ConfigType::kString, "",
+     "Network devices UCX may use (sets UCX_NET_DEVICES), e.g. 'eth0'. Empty: all."},
+    {"UCX_ERR_HANDLING", ConfigType::kBool, "1",
+     "Turn on UCX peer error handling so a dead peer fails its endpoint instead of hanging."},
+    {"SPIN_US", ConfigType::kInt, "50",
+     "How long the server thread keeps polling after its last event before it sleeps (us).", "", 0,
+     1000000},
+    {"WAIT_SPIN_US", ConfigType::kInt, "100",
+     "How long an application thread waiting for a reply polls before it sleeps (us).", "", 0,
+     1000000},
+    {"HEARTBEAT_MS", ConfigType::kInt, "500",
+     "Keepalive: a node sends a heartbeat to its monitored peers after this much silence (ms).", "",
+     10, 3600000},
+    {"PEER_TIMEOUT_MS", ConfigType::kInt, "4000",
+     "A monitored peer silent for this long is declared failed and the job stops (ms).", "", 50,
+     86400000},
+    {"MONITOR_PEERS", ConfigType::kInt, "4",
+     "How many ring neighbours each node monitors with heartbeats (each side).", "", 1, 1024},
+    {"MAX_INFLIGHT", ConfigType::kInt, "256",
+     "Flow control: unfinished sends per peer before a sending application thread waits.", "", 1,
+     1 << 20},
+    {"MAX_INFLIGHT_BYTES", ConfigType::kSize, "32M",
+     "Flow control: unfinished bytes per peer before a sending application thread waits.", "",
+     64 * kKiB, INT64_MAX},
+    {"BOOT_ADDR", ConfigType::kString, "", "Set by loomrun: its bootstrap socket.", "", 0, 0, true},
+    {"JOB_TOKEN", ConfigType::kString, "", "Set by loomrun: the job's random token.", "", 0, 0,
+     true},
+    {"RANK", ConfigType::kInt, "-1", "Set by loomrun: this node's rank.", "", -1, 1 << 24, true},
+    {"SIZE", ConfigType::kInt, "0", "Set by loomrun: the number of nodes.", "", 0, 1 << 24, true},
+};
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+Status bad_value(const ConfigRow& row, std::string_view text, std::string_view expected) {
+  return Status::invalid_argument(fmt::format("{}='{}': expected {}", config_env_name(row), text,
+                                              expected));
+}
+
+Status parse_int(const ConfigRow& row, std::string_view text, bool size_suffix, int64_t* out) {
+  std::string s(text);
+  if (s.empty()) return bad_value(row, text, size_suffix ? "a size like 64K or 32M" : "an integer");
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (end == s.c_str() || errno == ERANGE)
+    return bad_value(row, text, size_suffix ? "a size like 64K or 32M" : "an integer");
+  int64_t mult = 1;
+  std::string_view rest(end);
+  if (size_suffix && !rest.empty()) {
+    char c = static_cast<char>(std::toupper(static_cast<unsigned char>(rest[0])));
+    if (c == 'K') mult = kKiB;
+    else if (c == 'M') mult = kKiB * kKiB;
+    else if (c == 'G') mult = kKiB * kKiB * kKiB;
+    else return bad_value(row, text, "a size like 64K or 32M");
+    rest.remove_prefix(1);
+    if (rest == "B" || rest == "b" || rest == "iB") rest = {};
+  }
+  if (!rest.empty())
+    return bad_value(row, text, size_suffix ? "a size like 64K or 32M" : "an integer");
+  if (v != 0 && (v > INT64_MAX / mult || v < INT64_MIN / mult))
+    return bad_value(row, text, "a smaller number");
+  int64_t value = v * mult;
+  if (value < row.min || value > row.max)
+    return bad_value(row, text, fmt::format("a value from {} to {}", row.min, row.max));
+  *out = value;
+  return Status::ok();
+}
+
+}  // namespace
+
+std::span<const ConfigRow> config_table() { return kRows; }
+
+const ConfigRow* find_config_row(std::string_view name) {
+  for (const auto& r : kRows)
+    if (name == r.name) return &r;
+  return nullptr;
+}
+
+std::string config_flag_name(const ConfigRow& row) {
+  std::string f = "--" + lower(row.name);
+  std::replace(f.begin(), f.end(), '_', '-');
+  return f;
+}
+
+std::string config_env_name(const ConfigRow& row) { return std::string("LOOM_") + row.name; }
+
+Status parse_config_value(const ConfigRow& row, std::string_view text, std::string* out) {
+  switch (row.type) {
+    case ConfigType::kBool: {
+      std::string t = lower(text);
+      if (t == "1" || t == "y" || t == "yes" || t == "on" || t == "true") *out = "1";
+      else if (t == "0" || t == "n" || t == "no" || t == "off" || t == "false") *out = "0";
+      else return bad_value(row, text, "a boolean (1/0, yes/no, on/off, true/false)");
+      return Status::ok();
+    }
+    case ConfigType::kInt:
+    case ConfigType::kSize: {
+      int64_t v = 0;
+      Status s = parse_int(row, text, row.type == ConfigType::kSize, &v);
+      if (!s) return s;
+      *out = std::to_string(v);
+      return Status::ok();
+    }
+    case ConfigType::kString: *out = std::string(text); return Status::ok();
+    case ConfigType::kEnum: {
+      std::string t = lower(text);
+      std::string_view choices(row.choices);
+      size_t pos = 0;
+      while (pos <= choices.size()) {
+        size_t bar = choices.find('|', pos);
+        if (bar == std::string_view::npos) bar = choices.size();
+        if (choices.substr(pos, bar - pos) == t) {
+          *out = t;
+          return Status::ok();
+        }
+        pos = bar + 1;
+      }
+      std::string expected = "one of " + std::string(row.choices);
+      std::replace(expected.begin(), expected.end(), '|', ',');
+      return bad_value(row, text, expected);
+    }
+  }
+  return Status::internal("unknown config type");
+}
+
+std::string format_config_table() {
+  std::string out = fmt::format("{:<28} {:<22} {:<8} {}\n", "variable", "loomrun flag", "default",
+                                "meaning");
+  for (const auto& r : kRows) {
+    if (r.internal) continue;
+    std::string def = r.default_value[0] ? r.default_value : "(empty)";
+    out += fmt::format("{:<28} {:<22} {:<8} {}\n", config_env_name(r), config_flag_name(r), def,
+                       r.meaning);
+  }
+  return out;
+}
+
+Config::Config() {
+  for (const auto& r : kRows) {
+    std::string v;
+    Status s = parse_config_value(r, r.default_value, &v);
+    LOOM_CHECK(s.is_ok(), "bad default in config table: {}", s.to_string());
+    values_[r.name] = v;
+  }
+}
+
+Result<Config> Config::from_map(const std::map<std::string, std::string>& values) {
+  Config c;
+  for (const auto& [k, v] : values) {
+    Status s = c.set(k, v);
+    if (!s) return s;
+  }
+  return c;
+}
+
+Result<Config> Config::from_env() {
+  Config c;
+  for (char** e = environ; e && *e; ++e) {
+    std::string_view kv(*e);
+    if (kv.substr(0, 5) != "LOOM_") continue;
+    size_t eq = kv.find('=');
+    if (eq == std::string_view::npos) continue;
+    std::string_view name = kv.substr(5, eq - 5);
+    std::string_view text = kv.substr(eq + 1);
+    const ConfigRow* row = find_config_row(name);
+    if (row == nullptr) {
+      LOOM_WARN("ignoring unknown setting LOOM_{} (see loomrun --help-config)", name);
+      continue;
+    }
+    Status s = c.set(name, text);
+    if (!s) return s;
+  }
+  return c;
+}
+
+Status Config::set(std::string_view name, std::string_view text) {
+  const ConfigRow* row = find_config_row(name);
+  if (row == nullptr)
+    return Status::invalid_argument(fmt::format("unknown setting LOOM_{}", name));
+  std::string v;
+  Status s = parse_config_value(*row, text, &v);
+  if (!s) return s;
+  values_[row->name] = v;
+  return Status::ok();
+}
+
+const std::string& Config::raw(std::string_view name) const {
+  auto it = values_.find(name);
+  LOOM_CHECK(it != values_.end(), "no config row named {}", name);
+  return it->second;
+}
+
+bool Config::get_bool(std::string_view name) const { return raw(name) == "1"; }
+int64_t Config::get_int(std::string_view name) const { return std::stoll(raw(name)); }
+const std::string& Config::get_string(std::string_view name) const { return raw(name); }
+
+}  // namespace loom

@@ -1,0 +1,55 @@
+// Clang thread-safety annotations (https://clang.llvm.org/docs/ThreadSafetyAnalysis.html).
+// They compile to nothing elsewhere. Build with -DLOOM_THREAD_SAFETY=ON (preset clang-tsa) to check.
+#pragma once
+
+#include <mutex>
+
+#if defined(__clang__)
+#define LOOM_TSA(x) __attribute__((x))
+#else
+#define LOOM_TSA(x)
+#endif
+
+#define CAPABILITY(x) LOOM_TSA(capability(x))
+#define SCOPED_CAPABILITY LOOM_TSA(scoped_lockable)
+#define GUARDED_BY(x) LOOM_TSA(guarded_by(x))
+#define PT_GUARDED_BY(x) LOOM_TSA(pt_guarded_by(x))
+#define ACQUIRED_BEFORE(...) LOOM_TSA(acquired_before(__VA_ARGS__))
+#define ACQUIRED_AFTER(...) LOOM_TSA(acquired_after(__VA_ARGS__))
+#define REQUIRES(...) LOOM_TSA(requires_capability(__VA_ARGS__))
+#define ACQUIRE(...) LOOM_TSA(acquire_capability(__VA_ARGS__))
+#define RELEASE(...) LOOM_TSA(release_capability(__VA_ARGS__))
+#define TRY_ACQUIRE(...) LOOM_TSA(try_acquire_capability(__VA_ARGS__))
+#define EXCLUDES(...) LOOM_TSA(locks_excluded(__VA_ARGS__))
+#define RETURN_CAPABILITY(x) LOOM_TSA(lock_returned(x))
+#define ASSERT_CAPABILITY(x) LOOM_TSA(assert_capability(x))
+#define NO_THREAD_SAFETY_ANALYSIS LOOM_TSA(no_thread_safety_analysis)
+
+namespace loom {
+
+// std::mutex with capability annotations (libstdc++'s std::mutex has none).
+class CAPABILITY("mutex") Mutex {
+ public:
+  void lock() ACQUIRE() { mu_.lock(); }
+  void unlock() RELEASE() { mu_.unlock(); }
+  bool try_lock() TRY_ACQUIRE(true) { return mu_.try_lock(); }
+  // Tells the analysis that the caller holds the mutex (checked by the caller's own logic).
+  void assert_held() ASSERT_CAPABILITY(this) {}
+  std::mutex& native() { return mu_; }
+
+ private:
+  std::mutex mu_;
+};
+
+class SCOPED_CAPABILITY MutexLock {
+ public:
+  explicit MutexLock(Mutex& mu) ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~MutexLock() RELEASE() { mu_.unlock(); }
+  MutexLock(const MutexLock&) = delete;
+  MutexLock& operator=(const MutexLock&) = delete;
+
+ private:
+  Mutex& mu_;
+};
+
+}  // namespace loom

@@ -1,0 +1,555 @@
+#include "comm/comm.h"
+
+#include <fmt/format.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "base/log.h"
+
+namespace loom::comm {
+namespace {
+
+thread_local const Comm* t_dispatching = nullptr;
+
+// Marks the calling thread as `comm`'s dispatcher for its lifetime (nests).
+class DispatchScope {
+ public:
+  explicit DispatchScope(const Comm* comm) : prev_(t_dispatching) { t_dispatching = comm; }
+  ~DispatchScope() { t_dispatching = prev_; }
+
+ private:
+  const Comm* prev_;
+};
+
+// Payload of kRegionKey: this header followed by the transport's key bytes.
+struct RegionKeyMsg {
+  RegionId id;
+  uint32_t pad;
+  uint64_t base;
+  uint64_t len;
+};
+
+// Payload of an error reply: a StatusCode byte followed by the message text.
+Buffer encode_error(const Status& s) {
+  Buffer b(1 + s.message().size());
+  b.data()[0] = static_cast<std::byte>(s.code());
+  if (!s.message().empty()) std::memcpy(b.data() + 1, s.message().data(), s.message().size());
+  return b;
+}
+
+Status decode_error(std::span<const std::byte> p, NodeId from) {
+  if (p.empty()) return Status::internal(fmt::format("node {} failed the request", from));
+  auto code = static_cast<StatusCode>(p[0]);
+  if (code == StatusCode::kOk || static_cast<int>(code) > static_cast<int>(StatusCode::kInternal))
+    code = StatusCode::kInternal;
+  std::string msg(reinterpret_cast<const char*>(p.data() + 1), p.size() - 1);
+  return {code, fmt::format("node {}: {}", from, msg)};
+}
+
+int64_t coarse_now_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+CommOptions CommOptions::from_config(const Config& config, uint16_t job_tag) {
+  CommOptions o;
+  o.job_tag = job_tag;
+  o.wait_spin_ns = config.get_int("WAIT_SPIN_US") * 1000;
+  o.heartbeat_ns = config.get_int("HEARTBEAT_MS") * 1000000;
+  o.peer_timeout_ns = config.get_int("PEER_TIMEOUT_MS") * 1000000;
+  o.monitor_peers = static_cast<uint32_t>(config.get_int("MONITOR_PEERS"));
+  o.max_inflight = static_cast<uint32_t>(config.get_int("MAX_INFLIGHT"));
+  o.max_inflight_bytes = static_cast<uint64_t>(config.get_int("MAX_INFLIGHT_BYTES"));
+  o.trace = config.get_bool("TRACE");
+  return o;
+}
+
+Comm::Comm(Transport& transport, CommOptions options)
+    : transport_(transport),
+      opts_(options),
+      rank_(transport.rank()),
+      size_(transport.size()),
+      inflight_msgs_(new std::atomic<uint32_t>[size_]),
+      inflight_bytes_(new std::atomic<uint64_t>[size_]),
+      last_heard_ns_(new std::atomic<int64_t>[size_]),
+      dead_(new std::atomic<bool>[size_]) {
+  for (uint32_t i = 0; i < size_; ++i) {
+    inflight_msgs_[i] = 0;
+    inflight_bytes_[i] = 0;
+    last_heard_ns_[i] = 0;
+    dead_[i] = false;
+  }
+  inbox_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  LOOM_CHECK(inbox_fd_ >= 0, "eventfd failed: {}", std::strerror(errno));
+  register_system_types();
+  transport_.set_sink(this);
+}
+
+Comm::~Comm() {
+  if (inbox_fd_ >= 0) ::close(inbox_fd_);
+}
+
+void Comm::register_system_types() {
+  Status s = registry_.add(sys_msg::kHeartbeat, "heartbeat", [](Incoming&) { return Status::ok(); },
+                           [](std::span<const std::byte>) { return std::string(); });
+  LOOM_CHECK(s.is_ok(), "{}", s.to_string());
+  s = registry_.add(
+      sys_msg::kAbort, "abort",
+      [this](Incoming& in) {
+        std::string reason(reinterpret_cast<const char*>(in.payload().data()), in.payload().size());
+        report_fatal(Status::peer_failed(fmt::format("node {} stopped the job: {}", in.src(), reason)));
+        return Status::ok();
+      },
+      [](std::span<const std::byte> p) {
+        return std::string(reinterpret_cast<const char*>(p.data()), p.size());
+      });
+  LOOM_CHECK(s.is_ok(), "{}", s.to_string());
+  s = registry_.add(sys_msg::kRegionKey, "region_key", [this](Incoming& in) -> Status {
+    auto p = in.payload();
+    if (p.size() < sizeof(RegionKeyMsg))
+      return Status::malformed(fmt::format("region key of {} bytes is too short", p.size()));
+    RegionKeyMsg m;
+    std::memcpy(&m, p.data(), sizeof m);
+    Status st = transport_.add_remote_region(in.src(), m.id, m.base, m.len,
+                                             p.subspan(sizeof(RegionKeyMsg)));
+    if (!st) return st;
+    {
+      MutexLock lock(regions_mu_);
+      region_keys_[m.id]++;
+    }
+    regions_cv_.notify_all();
+    return Status::ok();
+  });
+  LOOM_CHECK(s.is_ok(), "{}", s.to_string());
+}
+
+void Comm::set_fatal_handler(std::function<void(const Status&)> fn) {
+  MutexLock lock(fatal_mu_);
+  fatal_handler_ = std::move(fn);
+}
+
+void Comm::report_fatal(const Status& why) {
+  if (failed_.exchange(true, std::memory_order_acq_rel)) return;  // the first reason wins
+  std::function<void(const Status&)> fn;
+  {
+    MutexLock lock(fatal_mu_);
+    fn = fatal_handler_;
+  }
+  if (fn) {
+    fn(why);
+  } else {
+    LOOM_ERROR("{}", why.to_string());
+  }
+}
+
+bool Comm::on_dispatcher() const { return t_dispatching == this; }
+
+bool Comm::peer_alive(NodeId node) const {
+  return node < size_ && !dead_[node].load(std::memory_order_acquire);
+}
+
+Status Comm::check_dst(NodeId dst) const {
+  if (dst >= size_)
+    return Status::invalid_argument(
+        fmt::format("node {} does not exist (the job has {} nodes)", dst, size_));
+  if (dead_[dst].load(std::memory_order_acquire))
+    return Status::peer_failed(fmt::format("node {} has failed", dst));
+  return Status::ok();
+}
+
+WireHeader Comm::make_header(MsgType type, uint32_t len, uint16_t flags,
+                             uint64_t request_id) const {
+  WireHeader h;
+  h.type = type;
+  h.src = rank_;
+  h.length = len;
+  h.flags = flags;
+  h.job = opts_.job_tag;
+  h.request_id = request_id;
+  return h;
+}
+
+void Comm::wait_for_credit(NodeId dst, size_t bytes) {
+  // why: bounding unfinished sends bounds the memory the transport holds for a slow receiver.
+  // Only application threads wait; the dispatcher must stay responsive, and what it sends is
+  // bounded by the protocols (a reply per request).
+  if (on_dispatcher()) return;
+  for (unsigned n = 0;; ++n) {
+    uint32_t m = inflight_msgs_[dst].load(std::memory_order_acquire);
+    uint64_t b = inflight_bytes_[dst].load(std::memory_order_acquire);
+    if ((m < opts_.max_inflight && b + bytes <= opts_.max_inflight_bytes) || m == 0) return;
+    if (dead_[dst].load(std::memory_order_acquire) || failed()) return;
+    if (!poll_for_waiter() && n > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+Status Comm::send_raw(NodeId dst, const WireHeader& h, std::span<const std::byte> payload,
+                      Buffer* owned) {
+  if (payload.size() > kMaxPayload)
+    return Status::invalid_argument(fmt::format(
+        "message of {} bytes exceeds the {} byte limit", payload.size(), kMaxPayload));
+  if (Status s = check_dst(dst); !s) return s;
+  wait_for_credit(dst, payload.size());
+  if (opts_.trace) trace("send to", dst, h, payload);
+  std::array<std::byte, kWireHeaderSize> hb;
+  encode_header(h, hb);
+  inflight_msgs_[dst].fetch_add(1, std::memory_order_relaxed);
+  inflight_bytes_[dst].fetch_add(payload.size(), std::memory_order_relaxed);
+  size_t len = payload.size();
+  Status s = owned != nullptr ? transport_.send(dst, hb, std::move(*owned))
+                              : transport_.send(dst, hb, payload);
+  if (!s) {
+    inflight_msgs_[dst].fetch_sub(1, std::memory_order_relaxed);
+    inflight_bytes_[dst].fetch_sub(len, std::memory_order_relaxed);
+    return s;
+  }
+  counters_.add_sent(h.type, len);
+  return Status::ok();
+}
+
+Status Comm::send(NodeId dst, MsgType type, std::span<const std::byte> payload) {
+  return send_raw(dst, make_header(type, static_cast<uint32_t>(payload.size()), 0, 0), payload,
+                  nullptr);
+}
+
+Status Comm::send(NodeId dst, MsgType type, Buffer&& payload) {
+  Buffer b = std::move(payload);
+  return send_raw(dst, make_header(type, static_cast<uint32_t>(b.size()), 0, 0), b.span(), &b);
+}
+
+Status Comm::start_request(NodeId dst, MsgType type, std::span<const std::byte> payload,
+                           Request* req) {
+  uint64_t id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+  {
+    MutexLock lock(pending_mu_);
+    pending_.emplace(id, Pending{dst, req, {}});
+  }
+  Status s = send_raw(dst, make_header(type, static_cast<uint32_t>(payload.size()), 0, id),
+                      payload, nullptr);
+  if (!s) {
+    MutexLock lock(pending_mu_);
+    pending_.erase(id);
+  }
+  return s;
+}
+
+Status Comm::start_request(NodeId dst, MsgType type, std::span<const std::byte> payload,
+                           std::function<void(Status, Buffer)> on_reply) {
+  uint64_t id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+  {
+    MutexLock lock(pending_mu_);
+    pending_.emplace(id, Pending{dst, nullptr, std::move(on_reply)});
+  }
+  Status s = send_raw(dst, make_header(type, static_cast<uint32_t>(payload.size()), 0, id),
+                      payload, nullptr);
+  if (!s) {
+    MutexLock lock(pending_mu_);
+    pending_.erase(id);
+  }
+  return s;
+}
+
+Result<Buffer> Comm::call(NodeId dst, MsgType type, std::span<const std::byte> payload) {
+  LOOM_CHECK(!on_dispatcher(), "Comm::call({}) on the dispatcher would block a handler",
+             registry_.name_of(type));
+  Request req;
+  if (Status s = start_request(dst, type, payload, &req); !s) return s;
+  const Status& st = wait(req.done);
+  if (!st) return st;
+  return std::move(req.reply);
+}
+
+Status Comm::reply(const ReplyTo& to, std::span<const std::byte> payload) {
+  if (!to.valid()) return Status::invalid_argument("reply to a message that is not a request");
+  return send_raw(to.node,
+                  make_header(to.type, static_cast<uint32_t>(payload.size()),
+                              WireHeader::kFlagReply, to.request_id),
+                  payload, nullptr);
+}
+
+Status Comm::reply(const ReplyTo& to, Buffer&& payload) {
+  if (!to.valid()) return Status::invalid_argument("reply to a message that is not a request");
+  Buffer b = std::move(payload);
+  return send_raw(to.node,
+                  make_header(to.type, static_cast<uint32_t>(b.size()), WireHeader::kFlagReply,
+                              to.request_id),
+                  b.span(), &b);
+}
+
+Status Comm::reply_error(const ReplyTo& to, const Status& error) {
+  if (!to.valid()) return Status::invalid_argument("reply to a message that is not a request");
+  Buffer b = encode_error(error);
+  return send_raw(to.node,
+                  make_header(to.type, static_cast<uint32_t>(b.size()),
+                              WireHeader::kFlagReply | WireHeader::kFlagError, to.request_id),
+                  b.span(), &b);
+}
+
+const Status& Comm::wait(Completion& c) {
+  LOOM_CHECK(!on_dispatcher(), "a handler tried to wait on a completion");
+  return c.wait(this, opts_.wait_spin_ns);
+}
+
+// --- Arrivals ------------------------------------------------------------------------------
+
+void Comm::on_arrival(Arrival& a) {
+  Result<WireHeader> hr = decode_header(a.header, a.payload.size(), size_, opts_.job_tag);
+  if (!hr) {
+    if (hr.status().code() == StatusCode::kRefused) {
+      LOOM_WARN("refused a message: {}", hr.status().message());
+      return;
+    }
+    report_fatal(Status::malformed(fmt::format("malformed message: {}", hr.status().message())));
+    return;
+  }
+  const WireHeader& h = *hr;
+  last_heard_ns_[h.src].store(coarse_now_ns(), std::memory_order_relaxed);
+  counters_.add_received(h.type, a.payload.size());
+  if (opts_.trace) trace("recv from", h.src, h, a.payload);
+  if (h.is_reply()) {
+    complete_reply(h, a.payload, a.owned);
+  } else if (on_dispatcher()) {
+    dispatch(h, a.payload, a.owned);
+  } else {
+    enqueue(h, a.payload, a.owned);
+  }
+}
+
+void Comm::complete_reply(const WireHeader& h, std::span<const std::byte> payload,
+                          Buffer* owned) {
+  Pending p;
+  bool defer = false;
+  {
+    MutexLock lock(pending_mu_);
+    auto it = pending_.find(h.request_id);
+    if (it == pending_.end()) {
+      LOOM_WARN("dropped a reply ({}) from node {} to unknown request {}",
+                registry_.name_of(h.type), h.src, h.request_id);
+      return;
+    }
+    if (it->second.dst != h.src) {
+      report_fatal(Status::malformed(
+          fmt::format("node {} answered request {} that was sent to node {} (type {})", h.src,
+                      h.request_id, it->second.dst, registry_.name_of(h.type))));
+      return;
+    }
+    defer = it->second.callback && !on_dispatcher();
+    if (!defer) {
+      p = std::move(it->second);
+      pending_.erase(it);
+    }
+  }
+  if (defer) {
+    // Callbacks run on the dispatcher: leave the entry and hand the reply to the inbox.
+    enqueue(h, payload, owned);
+    return;
+  }
+  Status st = h.is_error() ? decode_error(payload, h.src) : Status::ok();
+  if (p.req != nullptr) {
+    if (st) p.req->reply = owned != nullptr ? std::move(*owned) : Buffer::copy_of(payload);
+    p.req->done.complete(std::move(st));
+  } else if (p.callback) {
+    p.callback(std::move(st), owned != nullptr ? std::move(*owned) : Buffer::copy_of(payload));
+  }
+}
+
+void Comm::dispatch(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned) {
+  const MsgTypeInfo* info = registry_.find(h.type);
+  if (info == nullptr || !info->handler) {
+    report_fatal(Status::malformed(fmt::format(
+        "node {} sent a message of unknown type {} ({} bytes)", h.src, h.type, payload.size())));
+    return;
+  }
+  Incoming in(h, payload, owned);
+  Status s = info->handler(in);
+  if (!s) {
+    report_fatal(Status::malformed(
+        fmt::format("bad '{}' message from node {}: {}", info->name, h.src, s.to_string())));
+  }
+}
+
+void Comm::enqueue(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned) {
+  bool was_empty;
+  {
+    MutexLock lock(inbox_mu_);
+    was_empty = inbox_.empty();
+    inbox_.push_back(
+        Queued{h, owned != nullptr ? std::move(*owned) : Buffer::copy_of(payload)});
+  }
+  if (was_empty) {
+    uint64_t one = 1;
+    ssize_t n = ::write(inbox_fd_, &one, sizeof one);
+    (void)n;  // the counter cannot overflow here; a failed wake only delays to the next tick
+  }
+}
+
+bool Comm::inbox_empty() const {
+  MutexLock lock(inbox_mu_);
+  return inbox_.empty();
+}
+
+bool Comm::drain_inbox() {
+  std::deque<Queued> batch;
+  {
+    MutexLock lock(inbox_mu_);
+    if (inbox_.empty()) return false;
+    batch.swap(inbox_);
+  }
+  uint64_t v;
+  ssize_t n = ::read(inbox_fd_, &v, sizeof v);
+  (void)n;
+  for (Queued& q : batch) {
+    if (q.header.is_reply()) {
+      complete_reply(q.header, q.payload.span(), &q.payload);
+    } else {
+      dispatch(q.header, q.payload.span(), &q.payload);
+    }
+  }
+  return true;
+}
+
+void Comm::on_send_done(NodeId dst, size_t bytes) {
+  if (dst >= size_) return;
+  inflight_msgs_[dst].fetch_sub(1, std::memory_order_acq_rel);
+  inflight_bytes_[dst].fetch_sub(bytes, std::memory_order_acq_rel);
+}
+
+void Comm::on_peer_failure(NodeId node, const Status& why) {
+  if (node >= size_) return;
+  if (dead_[node].exchange(true, std::memory_order_acq_rel)) return;
+  fail_pending_to(node, why);
+  report_fatal(why);
+}
+
+void Comm::fail_pending_to(NodeId node, const Status& why) {
+  std::vector<Pending> failed;
+  {
+    MutexLock lock(pending_mu_);
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.dst == node) {
+        failed.push_back(std::move(it->second));
+        it = pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Pending& p : failed) {
+    if (p.req != nullptr) p.req->done.complete(why);
+    else if (p.callback) p.callback(why, Buffer());
+  }
+}
+
+// --- Progress ------------------------------------------------------------------------------
+
+bool Comm::poll() {
+  DispatchScope scope(this);
+  bool did = transport_.progress();
+  did |= drain_inbox();
+  return did;
+}
+
+bool Comm::poll_for_waiter() { return transport_.try_progress(); }
+
+void Comm::start_monitoring() {
+  int64_t now = coarse_now_ns();
+  for (uint32_t i = 0; i < size_; ++i) last_heard_ns_[i].store(now, std::memory_order_relaxed);
+  monitoring_.store(true, std::memory_order_release);
+}
+
+void Comm::stop_monitoring() { monitoring_.store(false, std::memory_order_release); }
+
+std::vector<NodeId> Comm::heartbeat_targets() const {
+  std::vector<NodeId> out;
+  uint32_t k = std::min<uint32_t>(opts_.monitor_peers, size_ - 1);
+  for (uint32_t i = 1; i <= k; ++i) out.push_back((rank_ + i) % size_);
+  return out;
+}
+
+std::vector<NodeId> Comm::monitored_peers() const {
+  std::vector<NodeId> out;
+  uint32_t k = std::min<uint32_t>(opts_.monitor_peers, size_ - 1);
+  for (uint32_t i = 1; i <= k; ++i) out.push_back((rank_ + size_ - i) % size_);
+  return out;
+}
+
+void Comm::tick(int64_t now) {
+  (void)now;
+  if (!monitoring_.load(std::memory_order_acquire) || failed()) return;
+  // why: the coarse clock is what on_arrival stamps with; comparing like with like.
+  int64_t t = coarse_now_ns();
+  if (t - last_heartbeat_ns_ >= opts_.heartbeat_ns) {
+    last_heartbeat_ns_ = t;
+    for (NodeId p : heartbeat_targets()) {
+      if (!peer_alive(p)) continue;
+      Status s = send(p, sys_msg::kHeartbeat, std::span<const std::byte>());
+      if (!s) LOOM_DEBUG("heartbeat to node {} failed: {}", p, s.to_string());
+    }
+  }
+  for (NodeId p : monitored_peers()) {
+    int64_t silent = t - last_heard_ns_[p].load(std::memory_order_relaxed);
+    if (silent > opts_.peer_timeout_ns && peer_alive(p)) {
+      on_peer_failure(p, Status::peer_failed(fmt::format(
+                             "node {} has not been heard from for {} ms (stopped or unreachable)",
+                             p, silent / 1000000)));
+      return;
+    }
+  }
+}
+
+// --- One-sided -----------------------------------------------------------------------------
+
+Status Comm::register_region(RegionId id, void* base, size_t len) {
+  LOOM_CHECK(!on_dispatcher(), "register_region is collective and waits; not from a handler");
+  Result<std::string> key = transport_.map_region(id, base, len);
+  if (!key) return key.status();
+  if (Status s = transport_.add_remote_region(
+          rank_, id, reinterpret_cast<uint64_t>(base), len,
+          std::as_bytes(std::span<const char>(key->data(), key->size())));
+      !s)
+    return s;
+  Buffer msg(sizeof(RegionKeyMsg) + key->size());
+  RegionKeyMsg m{id, 0, reinterpret_cast<uint64_t>(base), len};
+  std::memcpy(msg.data(), &m, sizeof m);
+  std::memcpy(msg.data() + sizeof m, key->data(), key->size());
+  for (NodeId p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    if (Status s = send(p, sys_msg::kRegionKey, msg.span()); !s) return s;
+  }
+  MutexLock lock(regions_mu_);
+  while (region_keys_[id] < size_ - 1) {
+    if (failed()) return Status::peer_failed("the job failed while exchanging region keys");
+    regions_cv_.wait_for(regions_mu_, std::chrono::milliseconds(10));
+  }
+  return Status::ok();
+}
+
+Status Comm::put(NodeId peer, RegionId id, uint64_t offset, const void* src, size_t len,
+                 Completion* done) {
+  if (Status s = check_dst(peer); !s) return s;
+  return transport_.put(peer, id, offset, src, len, done);
+}
+
+Status Comm::get(NodeId peer, RegionId id, uint64_t offset, void* dst, size_t len,
+                 Completion* done) {
+  if (Status s = check_dst(peer); !s) return s;
+  return transport_.get(peer, id, offset, dst, len, done);
+}
+
+void Comm::trace(const char* dir, NodeId peer, const WireHeader& h,
+                 std::span<const std::byte> payload) const {
+  const MsgTypeInfo* info = registry_.find(h.type);
+  std::string body = info != nullptr ? info->printer(payload) : hex_preview(payload);
+  std::string req = h.request_id != 0 ? fmt::format(" #{}", h.request_id) : std::string();
+  LOOM_LOG(kError, "trace: {} {}: {}{}{} {}", dir, peer, registry_.name_of(h.type),
+           h.is_reply() ? " reply" : "", req, body);
+}
+
+}  // namespace loom::comm

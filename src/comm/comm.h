@@ -1,0 +1,208 @@
+// Comm: a node's messaging endpoint. Typed messages with handlers, request/reply, one-sided
+// transfers, flow control, liveness (heartbeats) and counters, over any Transport.
+//
+// Threads (docs/comm.md, "Threading and progress"):
+//   - The dispatcher is the thread inside poll(): the server thread in a running node, the test
+//     itself in single-threaded tests and the simulator. All handlers run there.
+//   - Application threads send from anywhere and wait on Completions. While they wait they drive
+//     the network (poll_for_waiter) so a reply reaches them without waking another thread;
+//     requests that arrive meanwhile are queued for the dispatcher (the inbox), never run on the
+//     application thread.
+//   - Handlers never block; application threads may block in send() for flow control.
+//
+// Failures: a peer failure reported by the transport, a peer silent for peer_timeout, or a
+// malformed message stops the job through the fatal handler (set by the runtime: it prints the
+// reason naming the node and exits). Requests pending to a failed peer complete with an error.
+//
+// Thread safety: all public methods are thread-safe unless they say otherwise.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "base/config.h"
+#include "base/thread_annotations.h"
+#include "comm/completion.h"
+#include "comm/counters.h"
+#include "comm/registry.h"
+#include "comm/transport.h"
+#include "comm/types.h"
+#include "comm/wire.h"
+
+namespace loom::comm {
+
+// System message types (the comm range, 0..15).
+namespace sys_msg {
+inline constexpr MsgType kHeartbeat = 1;
+inline constexpr MsgType kAbort = 2;
+inline constexpr MsgType kRegionKey = 3;
+}  // namespace sys_msg
+
+struct CommOptions {
+  uint16_t job_tag = 1;
+  int64_t wait_spin_ns = 100'000;
+  int64_t heartbeat_ns = 500'000'000;
+  int64_t peer_timeout_ns = 4'000'000'000;
+  uint32_t monitor_peers = 4;
+  uint32_t max_inflight = 256;
+  uint64_t max_inflight_bytes = 32u << 20;
+  bool trace = false;
+
+  static CommOptions from_config(const Config& config, uint16_t job_tag);
+};
+
+class Comm final : private TransportSink, public Poller {
+ public:
+  Comm(Transport& transport, CommOptions options);
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  NodeId rank() const { return rank_; }
+  uint32_t size() const { return size_; }
+  MessageRegistry& registry() { return registry_; }
+  const MessageRegistry& registry() const { return registry_; }
+  MessageCounters& counters() { return counters_; }
+  const CommOptions& options() const { return opts_; }
+
+  // Called at most once, on the thread that detects the problem, when the job must stop.
+  // Default: log the reason.
+  void set_fatal_handler(std::function<void(const Status&)> fn);
+  // Reports a fatal condition found elsewhere (e.g. the launcher said a node failed).
+  void report_fatal(const Status& why);
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+
+  // --- Messages -----------------------------------------------------------------------------
+  // One-way message to `dst` (may be this node). From an application thread this may wait for
+  // flow control credit; from the dispatcher it never waits.
+  Status send(NodeId dst, MsgType type, std::span<const std::byte> payload);
+  Status send(NodeId dst, MsgType type, Buffer&& payload);
+  template <typename T>
+  Status send_typed(NodeId dst, MsgType type, const T& msg) {
+    return send(dst, type, as_bytes_of(msg));
+  }
+
+  // A request in flight, owned by the caller, which must keep it alive until done.
+  struct Request {
+    Completion done;
+    Buffer reply;  // the reply payload, valid once done completed OK
+  };
+  // Sends a request; `req->done` completes when the reply arrives (or the peer fails).
+  Status start_request(NodeId dst, MsgType type, std::span<const std::byte> payload, Request* req);
+  // Sends a request whose reply is handed to `on_reply` on the dispatcher (for state machines
+  // that run in handlers). `on_reply` gets the reply or an error.
+  Status start_request(NodeId dst, MsgType type, std::span<const std::byte> payload,
+                       std::function<void(Status, Buffer)> on_reply);
+  // start_request + wait. REQUIRES: not called on the dispatcher.
+  Result<Buffer> call(NodeId dst, MsgType type, std::span<const std::byte> payload);
+
+  // Answers a request (from a handler, or later from any thread).
+  Status reply(const ReplyTo& to, std::span<const std::byte> payload);
+  Status reply(const ReplyTo& to, Buffer&& payload);
+  // Answers with an error; the requester's wait returns it.
+  Status reply_error(const ReplyTo& to, const Status& error);
+
+  // --- One-sided transfers ------------------------------------------------------------------
+  // Collective: every node registers a region with the same id (its own base and length) in the
+  // same order; returns once every peer's key has arrived.
+  Status register_region(RegionId id, void* base, size_t len);
+  // Writes to / reads from `peer`'s region `id`; `done` completes when the data is at the
+  // target (put) or here (get).
+  Status put(NodeId peer, RegionId id, uint64_t offset, const void* src, size_t len,
+             Completion* done);
+  Status get(NodeId peer, RegionId id, uint64_t offset, void* dst, size_t len, Completion* done);
+
+  // Waits on `c`, polling the network for wait_spin_ns first. Application threads only.
+  const Status& wait(Completion& c);
+
+  // --- Progress -----------------------------------------------------------------------------
+  // The dispatcher's step: drives the transport, runs handlers, drains the inbox. Returns true
+  // if anything happened.
+  bool poll();
+  // Poller: drives the transport without running handlers (for waiting application threads).
+  bool poll_for_waiter() override;
+  // Heartbeats and peer timeouts. Call from the dispatcher every few milliseconds to heartbeat_ns.
+  void tick(int64_t now);
+  // Starts/stops watching peers' liveness (start after connecting, stop before shutdown).
+  void start_monitoring();
+  void stop_monitoring();
+  // Readable when the inbox has messages for the dispatcher.
+  int inbox_fd() const { return inbox_fd_; }
+  bool inbox_empty() const;
+  // True if the calling thread is this Comm's dispatcher right now.
+  bool on_dispatcher() const;
+
+  bool peer_alive(NodeId node) const;
+  // The peers this node sends heartbeats to, and the ones it watches.
+  std::vector<NodeId> heartbeat_targets() const;
+  std::vector<NodeId> monitored_peers() const;
+
+ private:
+  struct Pending {
+    NodeId dst;
+    Request* req;                                   // or
+    std::function<void(Status, Buffer)> callback;   // runs on the dispatcher
+  };
+  struct Queued {
+    WireHeader header;
+    Buffer payload;
+  };
+
+  // TransportSink
+  void on_arrival(Arrival& arrival) override;
+  void on_send_done(NodeId dst, size_t bytes) override;
+  void on_peer_failure(NodeId node, const Status& why) override;
+
+  Status check_dst(NodeId dst) const;
+  WireHeader make_header(MsgType type, uint32_t len, uint16_t flags, uint64_t request_id) const;
+  Status send_raw(NodeId dst, const WireHeader& h, std::span<const std::byte> payload,
+                  Buffer* owned);
+  void wait_for_credit(NodeId dst, size_t bytes);
+  void dispatch(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned);
+  void complete_reply(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned);
+  void enqueue(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned);
+  bool drain_inbox();
+  void fail_pending_to(NodeId node, const Status& why);
+  void register_system_types();
+  void trace(const char* dir, NodeId peer, const WireHeader& h,
+             std::span<const std::byte> payload) const;
+
+  Transport& transport_;
+  const CommOptions opts_;
+  const NodeId rank_;
+  const uint32_t size_;
+  MessageRegistry registry_;
+  MessageCounters counters_;
+
+  std::atomic<uint64_t> next_request_id_{1};
+  mutable Mutex pending_mu_;
+  std::unordered_map<uint64_t, Pending> pending_ GUARDED_BY(pending_mu_);
+
+  mutable Mutex inbox_mu_;
+  std::deque<Queued> inbox_ GUARDED_BY(inbox_mu_);
+  int inbox_fd_ = -1;
+
+  // Flow control and liveness, one slot per node.
+  std::unique_ptr<std::atomic<uint32_t>[]> inflight_msgs_;
+  std::unique_ptr<std::atomic<uint64_t>[]> inflight_bytes_;
+  std::unique_ptr<std::atomic<int64_t>[]> last_heard_ns_;
+  std::unique_ptr<std::atomic<bool>[]> dead_;
+  std::atomic<bool> monitoring_{false};
+  int64_t last_heartbeat_ns_ = 0;  // dispatcher only
+
+  Mutex regions_mu_;
+  std::condition_variable_any regions_cv_;
+  std::unordered_map<RegionId, uint32_t> region_keys_ GUARDED_BY(regions_mu_);
+
+  std::atomic<bool> failed_{false};
+  Mutex fatal_mu_;
+  std::function<void(const Status&)> fatal_handler_ GUARDED_BY(fatal_mu_);
+};
+
+}  // namespace loom::comm

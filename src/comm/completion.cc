@@ -1,0 +1,102 @@
+#include "comm/completion.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "base/log.h"
+
+namespace loom::comm {
+namespace {
+
+long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const struct timespec* ts) {
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(addr), op, val, ts, nullptr, 0);
+}
+
+inline void cpu_relax() { __builtin_ia32_pause(); }
+
+}  // namespace
+
+int64_t now_ns() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+void Completion::complete(Status status) {
+  status_ = std::move(status);
+  uint32_t prev = state_.exchange(kDone, std::memory_order_acq_rel);
+  LOOM_CHECK(prev != kDone, "Completion completed twice ({})", status_.to_string());
+  // why: the waiter announces that it sleeps by moving kPending -> kSleeping before futex_wait, so
+  // a wake is needed only when we saw kSleeping; otherwise the waiter will see kDone itself.
+  if (prev == kSleeping) futex(&state_, FUTEX_WAKE_PRIVATE, 1, nullptr);
+}
+
+bool Completion::sleep_until_done(int64_t timeout_ns) {
+  int64_t deadline = timeout_ns >= 0 ? now_ns() + timeout_ns : -1;
+  for (;;) {
+    uint32_t s = state_.load(std::memory_order_acquire);
+    if (s == kDone) return true;
+    if (s == kPending &&
+        !state_.compare_exchange_strong(s, kSleeping, std::memory_order_acq_rel)) {
+      continue;  // completed meanwhile (s is now kDone)
+    }
+    struct timespec ts;
+    struct timespec* tsp = nullptr;
+    if (deadline >= 0) {
+      int64_t left = deadline - now_ns();
+      if (left <= 0) {
+        // note: we leave kSleeping set; complete() then issues one harmless extra wake.
+        return state_.load(std::memory_order_acquire) == kDone;
+      }
+      ts.tv_sec = left / 1000000000;
+      ts.tv_nsec = left % 1000000000;
+      tsp = &ts;
+    }
+    futex(&state_, FUTEX_WAIT_PRIVATE, kSleeping, tsp);
+  }
+}
+
+const Status& Completion::wait(Poller* poller, int64_t spin_ns) {
+  if (done()) return status_;
+  int64_t start = now_ns();
+  unsigned n = 0;
+  while (!done()) {
+    bool progressed = poller != nullptr && poller->poll_for_waiter();
+    if (!progressed) cpu_relax();
+    if ((++n & 63) == 0 && now_ns() - start > spin_ns) {
+      sleep_until_done(-1);
+      break;
+    }
+  }
+  return status_;
+}
+
+Status Completion::wait_for(Poller* poller, int64_t spin_ns, int64_t timeout_ns) {
+  int64_t start = now_ns();
+  unsigned n = 0;
+  while (!done()) {
+    bool progressed = poller != nullptr && poller->poll_for_waiter();
+    if (!progressed) cpu_relax();
+    if ((++n & 63) == 0) {
+      int64_t elapsed = now_ns() - start;
+      if (elapsed > timeout_ns) return Status::timeout("operation did not complete in time");
+      if (elapsed > spin_ns) {
+        if (!sleep_until_done(timeout_ns - elapsed))
+          return Status::timeout("operation did not complete in time");
+      }
+    }
+  }
+  return status_;
+}
+
+void Completion::reset() {
+  LOOM_CHECK(state_.load() != kSleeping, "Completion reset while a thread waits on it");
+  state_.store(kPending, std::memory_order_relaxed);
+  status_ = Status::ok();
+}
+
+}  // namespace loom::comm

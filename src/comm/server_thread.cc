@@ -1,0 +1,120 @@
+#include "comm/server_thread.h"
+
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/log.h"
+#include "comm/completion.h"
+
+namespace loom::comm {
+namespace {
+
+constexpr uint64_t kTransportTag = 0;
+constexpr uint64_t kInboxTag = 1;
+constexpr uint64_t kStopTag = 2;
+constexpr uint64_t kFirstExtraTag = 3;
+
+void epoll_add(int epfd, int fd, uint64_t tag) {
+  struct epoll_event ev {};
+  ev.events = EPOLLIN;
+  ev.data.u64 = tag;
+  LOOM_CHECK(epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0, "epoll_ctl(ADD, fd {}): {}", fd,
+             std::strerror(errno));
+}
+
+}  // namespace
+
+ServerThread::ServerThread(Comm& comm, Transport& transport, Options options)
+    : comm_(comm), transport_(transport), opts_(options) {
+  epfd_ = epoll_create1(EPOLL_CLOEXEC);
+  LOOM_CHECK(epfd_ >= 0, "epoll_create1: {}", std::strerror(errno));
+  stopfd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  LOOM_CHECK(stopfd_ >= 0, "eventfd: {}", std::strerror(errno));
+  epoll_add(epfd_, transport_.event_fd(), kTransportTag);
+  epoll_add(epfd_, comm_.inbox_fd(), kInboxTag);
+  epoll_add(epfd_, stopfd_, kStopTag);
+}
+
+ServerThread::~ServerThread() {
+  stop();
+  ::close(stopfd_);
+  ::close(epfd_);
+}
+
+void ServerThread::add_fd(int fd, std::function<void()> on_readable) {
+  LOOM_CHECK(!running(), "add_fd after start");
+  epoll_add(epfd_, fd, kFirstExtraTag + fd_handlers_.size());
+  fd_handlers_.push_back(std::move(on_readable));
+  fds_.push_back(fd);
+}
+
+void ServerThread::start() {
+  LOOM_CHECK(!running(), "server thread started twice");
+  stop_.store(false);
+  thread_ = std::thread([this] { loop(); });
+}
+
+void ServerThread::stop() {
+  if (!thread_.joinable()) return;
+  LOOM_CHECK(thread_.get_id() != std::this_thread::get_id(), "server thread cannot stop itself");
+  stop_.store(true, std::memory_order_release);
+  uint64_t one = 1;
+  ssize_t n = ::write(stopfd_, &one, sizeof one);
+  (void)n;
+  thread_.join();
+}
+
+void ServerThread::loop() {
+  int64_t now = now_ns();
+  int64_t idle_since = now;
+  int64_t next_tick = now + opts_.tick_ns;
+  unsigned spins = 0;
+  while (!stop_.load(std::memory_order_acquire)) {
+    bool did = comm_.poll();
+    now = now_ns();
+    if (now >= next_tick) {
+      comm_.tick(now);
+      next_tick = now + opts_.tick_ns;
+    }
+    if (did) {
+      idle_since = now;
+      spins = 0;
+      continue;
+    }
+    if (now - idle_since < opts_.spin_ns) {
+      // note: yield now and then so a computing thread on this core is not starved by our spin.
+      if ((++spins & 15) == 0) sched_yield();
+      else __builtin_ia32_pause();
+      continue;
+    }
+    sleep_until_event(now, next_tick);
+    idle_since = now_ns();
+  }
+}
+
+void ServerThread::sleep_until_event(int64_t now, int64_t next_tick) {
+  if (!transport_.arm()) return;  // events pending: poll again
+  if (!comm_.inbox_empty()) return;
+  int timeout_ms = static_cast<int>((next_tick - now) / 1000000) + 1;
+  sleeps_.fetch_add(1, std::memory_order_relaxed);
+  struct epoll_event evs[8];
+  int n = epoll_wait(epfd_, evs, 8, timeout_ms);
+  if (n < 0) {
+    LOOM_CHECK(errno == EINTR, "epoll_wait: {}", std::strerror(errno));
+    return;
+  }
+  if (n > 0) wakeups_.fetch_add(1, std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i) {
+    uint64_t tag = evs[i].data.u64;
+    if (tag >= kFirstExtraTag) fd_handlers_[tag - kFirstExtraTag]();
+    // The transport's and inbox's descriptors are reset by arm() and drain; the stop flag is
+    // checked by the loop.
+  }
+}
+
+}  // namespace loom::comm

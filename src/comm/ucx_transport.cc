@@ -1,0 +1,485 @@
+#include "comm/ucx_transport.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "base/log.h"
+#include "comm/completion.h"
+
+namespace loom::comm {
+namespace {
+
+constexpr unsigned kAmId = 0;  // every Loom message; Loom's header carries the type
+
+thread_local const UcxTransport* t_worker_holder = nullptr;
+
+std::string ucx_error(std::string_view what, ucs_status_t st) {
+  return fmt::format("{}: {}", what, ucs_status_string(st));
+}
+
+}  // namespace
+
+// Holds worker_mu_ unless this thread already does (a handler sending from inside progress()).
+class SCOPED_CAPABILITY UcxTransport::WorkerLock {
+ public:
+  explicit WorkerLock(UcxTransport* t) ACQUIRE(t->worker_mu_) NO_THREAD_SAFETY_ANALYSIS : t_(t) {
+    if (t_worker_holder == t_) return;
+    t_->worker_mu_.lock();
+    owned_ = true;
+    t_worker_holder = t_;
+  }
+  ~WorkerLock() RELEASE() NO_THREAD_SAFETY_ANALYSIS {
+    if (!owned_) return;
+    t_worker_holder = nullptr;
+    t_->worker_mu_.unlock();
+  }
+
+ private:
+  UcxTransport* t_;
+  bool owned_ = false;
+};
+
+struct UcxTransport::Peer {
+  UcxTransport* self = nullptr;
+  NodeId node = 0;
+  ucp_ep_h ep = nullptr;
+  std::atomic<bool> dead{false};
+};
+
+struct UcxTransport::SendRecord {
+  UcxTransport* self;
+  NodeId dst;
+  std::array<std::byte, kWireHeaderSize> header;
+  Buffer payload;
+};
+
+struct UcxTransport::RecvRecord {
+  UcxTransport* self;
+  std::array<std::byte, kWireHeaderSize> header;
+  Buffer payload;
+};
+
+Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const Options& options) {
+  std::unique_ptr<UcxTransport> t(new UcxTransport());
+  t->opts_ = options;
+  // why: UCX's shared-memory transports report peer failures only with their error handling
+  // enabled (off by default in UCX 1.13), and their keepalive checks the peer process every
+  // KEEPALIVE_INTERVAL (20 s by default). Users can still override both in the environment.
+  if (options.err_handling) {
+    setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+    setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+    setenv("UCX_KEEPALIVE_INTERVAL", "1s", 0);
+  }
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return Status::io(ucx_error("ucp_config_read", st));
+  auto config_guard = std::unique_ptr<ucp_config_t, void (*)(ucp_config_t*)>(config, ucp_config_release);
+  if (!options.tls.empty()) {
+    st = ucp_config_modify(config, "TLS", options.tls.c_str());
+    if (st != UCS_OK)
+      return Status::invalid_argument(
+          fmt::format("LOOM_TRANSPORTS='{}': {}", options.tls, ucs_status_string(st)));
+  }
+  if (!options.net_devices.empty()) {
+    st = ucp_config_modify(config, "NET_DEVICES", options.net_devices.c_str());
+    if (st != UCS_OK)
+      return Status::invalid_argument(
+          fmt::format("LOOM_NET_DEVICES='{}': {}", options.net_devices, ucs_status_string(st)));
+  }
+
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 0;
+  st = ucp_init(&params, config, &t->context_);
+  if (st != UCS_OK) return Status::io(ucx_error("ucp_init", st));
+
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // serialized by worker_mu_
+  st = ucp_worker_create(t->context_, &wp, &t->worker_);
+  if (st != UCS_OK) return Status::io(ucx_error("ucp_worker_create", st));
+
+  st = ucp_worker_get_efd(t->worker_, &t->efd_);
+  if (st != UCS_OK) return Status::io(ucx_error("ucp_worker_get_efd", st));
+
+  ucp_address_t* addr = nullptr;
+  size_t addr_len = 0;
+  st = ucp_worker_get_address(t->worker_, &addr, &addr_len);
+  if (st != UCS_OK) return Status::io(ucx_error("ucp_worker_get_address", st));
+  t->address_.assign(reinterpret_cast<const char*>(addr), addr_len);
+  ucp_worker_release_address(t->worker_, addr);
+
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                  UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.id = kAmId;
+  hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+  hp.cb = &UcxTransport::am_callback;
+  hp.arg = t.get();
+  st = ucp_worker_set_am_recv_handler(t->worker_, &hp);
+  if (st != UCS_OK) return Status::io(ucx_error("ucp_worker_set_am_recv_handler", st));
+  return t;
+}
+
+UcxTransport::~UcxTransport() {
+  close(1000);
+  {
+    MutexLock lock(worker_mu_);
+    for (auto& [id, memh] : local_regions_) ucp_mem_unmap(context_, memh);
+    local_regions_.clear();
+  }
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  if (context_ != nullptr) ucp_cleanup(context_);
+}
+
+Status UcxTransport::connect(NodeId rank, const std::vector<std::string>& addresses) {
+  WorkerLock lock(this);
+  LOOM_CHECK(peers_.empty(), "UcxTransport::connect called twice");
+  rank_ = rank;
+  size_ = static_cast<uint32_t>(addresses.size());
+  for (NodeId i = 0; i < size_; ++i) {
+    auto peer = std::make_unique<Peer>();
+    peer->self = this;
+    peer->node = i;
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep.address = reinterpret_cast<const ucp_address_t*>(addresses[i].data());
+    if (opts_.err_handling) {
+      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+      ep.err_handler.cb = &UcxTransport::ep_error;
+      ep.err_handler.arg = peer.get();
+    } else {
+      ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    }
+    ucs_status_t st = ucp_ep_create(worker_, &ep, &peer->ep);
+    if (st != UCS_OK)
+      return Status::peer_failed(
+          fmt::format("cannot create an endpoint to node {}: {}", i, ucs_status_string(st)));
+    peers_.push_back(std::move(peer));
+  }
+  return Status::ok();
+}
+
+std::string UcxTransport::describe_endpoint(NodeId peer) {
+  WorkerLock lock(this);
+  if (peer >= peers_.size()) return "no such peer";
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  if (f == nullptr) return "?";
+  ucp_ep_print_info(peers_[peer]->ep, f);
+  fclose(f);
+  std::string s(buf, len);
+  free(buf);
+  return s;
+}
+
+// --- Sending -------------------------------------------------------------------------------
+
+Status UcxTransport::send(NodeId dst, std::span<const std::byte, kWireHeaderSize> header,
+                          std::span<const std::byte> payload) {
+  WorkerLock lock(this);
+  if (dst >= peers_.size() || peers_[dst]->dead.load(std::memory_order_acquire))
+    return Status::peer_failed(fmt::format("no connection to node {}", dst));
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+  ucs_status_ptr_t r = ucp_am_send_nbx(peers_[dst]->ep, kAmId, header.data(), kWireHeaderSize,
+                                       payload.data(), payload.size(), &p);
+  if (r == nullptr) {
+    if (sink_ != nullptr) sink_->on_send_done(dst, payload.size());
+    return Status::ok();
+  }
+  LOOM_CHECK(UCS_PTR_IS_ERR(r), "UCX returned a request for a forced-immediate send to node {}",
+             dst);
+  if (UCS_PTR_STATUS(r) != UCS_ERR_NO_RESOURCE)
+    return Status::peer_failed(ucx_error(fmt::format("send to node {}", dst), UCS_PTR_STATUS(r)));
+  // Could not go out at once: copy and send from the copy.
+  auto rec = std::make_unique<SendRecord>(
+      SendRecord{this, dst, {}, Buffer::copy_of(payload)});
+  std::memcpy(rec->header.data(), header.data(), kWireHeaderSize);
+  return send_record(dst, std::move(rec));
+}
+
+Status UcxTransport::send(NodeId dst, std::span<const std::byte, kWireHeaderSize> header,
+                          Buffer&& payload) {
+  WorkerLock lock(this);
+  if (dst >= peers_.size() || peers_[dst]->dead.load(std::memory_order_acquire))
+    return Status::peer_failed(fmt::format("no connection to node {}", dst));
+  auto rec = std::make_unique<SendRecord>(SendRecord{this, dst, {}, std::move(payload)});
+  std::memcpy(rec->header.data(), header.data(), kWireHeaderSize);
+  return send_record(dst, std::move(rec));
+}
+
+Status UcxTransport::send_record(NodeId dst, std::unique_ptr<SendRecord> rec) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = &UcxTransport::send_done;
+  p.user_data = rec.get();
+  size_t bytes = rec->payload.size();
+  ucs_status_ptr_t r = ucp_am_send_nbx(peers_[dst]->ep, kAmId, rec->header.data(),
+                                       kWireHeaderSize, rec->payload.data(), bytes, &p);
+  if (r == nullptr) {
+    if (sink_ != nullptr) sink_->on_send_done(dst, bytes);
+    return Status::ok();
+  }
+  if (UCS_PTR_IS_ERR(r))
+    return Status::peer_failed(ucx_error(fmt::format("send to node {}", dst), UCS_PTR_STATUS(r)));
+  rec.release();  // owned by the request now; send_done frees it
+  return Status::ok();
+}
+
+void UcxTransport::send_done(void* request, ucs_status_t status, void* user_data) {
+  std::unique_ptr<SendRecord> rec(static_cast<SendRecord*>(user_data));
+  (void)status;  // a failed send is reported through the endpoint's error callback
+  if (rec->self->sink_ != nullptr) rec->self->sink_->on_send_done(rec->dst, rec->payload.size());
+  ucp_request_free(request);
+}
+
+// --- Receiving -----------------------------------------------------------------------------
+
+void UcxTransport::deliver(std::span<const std::byte> header, std::span<const std::byte> payload,
+                           Buffer* owned) {
+  if (sink_ == nullptr || closing_.load(std::memory_order_acquire)) return;
+  Arrival a{header, payload, owned};
+  sink_->on_arrival(a);
+}
+
+ucs_status_t UcxTransport::am_callback(void* arg, const void* header, size_t header_length,
+                                       void* data, size_t length,
+                                       const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxTransport*>(arg);
+  std::span<const std::byte> hdr(static_cast<const std::byte*>(header), header_length);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
+    self->deliver(hdr, {static_cast<const std::byte*>(data), length}, nullptr);
+    return UCS_OK;
+  }
+  // Rendezvous: receive the payload straight into a buffer of its own.
+  if (header_length != kWireHeaderSize || length > kMaxPayload) {
+    self->deliver(hdr, {}, nullptr);  // the sink reports the malformed header or length
+    return UCS_OK;                    // drops the data
+  }
+  auto rec = std::make_unique<RecvRecord>(RecvRecord{self, {}, Buffer(length)});
+  std::memcpy(rec->header.data(), header, kWireHeaderSize);
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.recv_am = &UcxTransport::recv_done;
+  p.user_data = rec.get();
+  ucs_status_ptr_t r = ucp_am_recv_data_nbx(self->worker_, data, rec->payload.data(), length, &p);
+  if (r == nullptr) {
+    self->deliver(rec->header, rec->payload.span(), &rec->payload);
+  } else if (UCS_PTR_IS_ERR(r)) {
+    LOOM_ERROR("receiving a {}-byte message failed: {}", length,
+               ucs_status_string(UCS_PTR_STATUS(r)));
+  } else {
+    rec.release();  // recv_done frees it
+  }
+  return UCS_OK;
+}
+
+void UcxTransport::recv_done(void* request, ucs_status_t status, size_t length, void* user_data) {
+  std::unique_ptr<RecvRecord> rec(static_cast<RecvRecord*>(user_data));
+  if (status == UCS_OK && length == rec->payload.size()) {
+    rec->self->deliver(rec->header, rec->payload.span(), &rec->payload);
+  } else if (!rec->self->closing_.load()) {
+    LOOM_ERROR("receiving a {}-byte message failed: {}", rec->payload.size(),
+               ucs_status_string(status));
+  }
+  ucp_request_free(request);
+}
+
+// --- Failures ------------------------------------------------------------------------------
+
+void UcxTransport::ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  (void)ep;
+  auto* peer = static_cast<Peer*>(arg);
+  peer->self->peer_failed(peer->node, status);
+}
+
+void UcxTransport::peer_failed(NodeId node, ucs_status_t status) {
+  worker_mu_.assert_held();  // UCX calls ep_error from inside progress
+  if (peers_[node]->dead.exchange(true)) return;
+  if (closing_.load(std::memory_order_acquire) || sink_ == nullptr) return;
+  sink_->on_peer_failure(
+      node, Status::peer_failed(fmt::format("lost the connection to node {} ({})", node,
+                                            ucs_status_string(status))));
+}
+
+// --- One-sided -----------------------------------------------------------------------------
+
+Result<std::string> UcxTransport::map_region(RegionId id, void* base, size_t len) {
+  WorkerLock lock(this);
+  if (local_regions_.count(id) != 0)
+    return Status::invalid_argument(fmt::format("region {} is already registered", id));
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = base;
+  mp.length = len;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t st = ucp_mem_map(context_, &mp, &memh);
+  if (st != UCS_OK)
+    return Status::resource(ucx_error(fmt::format("registering region {} ({} bytes)", id, len), st));
+  void* key = nullptr;
+  size_t key_len = 0;
+  st = ucp_rkey_pack(context_, memh, &key, &key_len);
+  if (st != UCS_OK) {
+    ucp_mem_unmap(context_, memh);
+    return Status::resource(ucx_error("ucp_rkey_pack", st));
+  }
+  std::string out(static_cast<const char*>(key), key_len);
+  ucp_rkey_buffer_release(key);
+  local_regions_[id] = memh;
+  return out;
+}
+
+Status UcxTransport::add_remote_region(NodeId peer, RegionId id, uint64_t remote_base, size_t len,
+                                       std::span<const std::byte> key) {
+  WorkerLock lock(this);
+  if (peer >= peers_.size()) return Status::invalid_argument(fmt::format("no node {}", peer));
+  ucp_rkey_h rkey = nullptr;
+  ucs_status_t st = ucp_ep_rkey_unpack(peers_[peer]->ep, key.data(), &rkey);
+  if (st != UCS_OK)
+    return Status::malformed(
+        ucx_error(fmt::format("node {} sent an unusable key for region {}", peer, id), st));
+  RemoteRegion& r = remote_regions_[{peer, id}];
+  if (r.rkey != nullptr) ucp_rkey_destroy(r.rkey);
+  r = RemoteRegion{remote_base, len, rkey};
+  return Status::ok();
+}
+
+Result<const UcxTransport::RemoteRegion*> UcxTransport::remote(NodeId peer, RegionId id,
+                                                                uint64_t offset, size_t len) {
+  if (peer >= peers_.size() || peers_[peer]->dead.load())
+    return Status::peer_failed(fmt::format("no connection to node {}", peer));
+  auto it = remote_regions_.find({peer, id});
+  if (it == remote_regions_.end())
+    return Status::not_found(fmt::format("node {} has no region {} registered here", peer, id));
+  if (offset > it->second.len || len > it->second.len - offset)
+    return Status::invalid_argument(
+        fmt::format("range [{}, {}) is outside node {}'s region {} of {} bytes", offset,
+                    offset + len, peer, id, it->second.len));
+  return &it->second;
+}
+
+namespace {
+void op_done(void* request, ucs_status_t status, void* user_data) {
+  auto* cb = static_cast<OpCallback*>(user_data);
+  cb->complete(status == UCS_OK ? Status::ok()
+                                : Status::peer_failed(ucx_error("one-sided transfer", status)));
+  ucp_request_free(request);
+}
+
+void finish(ucs_status_ptr_t r, OpCallback* done) {
+  if (r == nullptr) {
+    done->complete(Status::ok());
+  } else if (UCS_PTR_IS_ERR(r)) {
+    done->complete(Status::peer_failed(ucx_error("one-sided transfer", UCS_PTR_STATUS(r))));
+  }
+  // otherwise op_done completes it
+}
+}  // namespace
+
+Status UcxTransport::put(NodeId peer, RegionId id, uint64_t offset, const void* src, size_t len,
+                         OpCallback* done) {
+  WorkerLock lock(this);
+  Result<const RemoteRegion*> rr = remote(peer, id, offset, len);
+  if (!rr) return rr.status();
+  ucp_request_param_t p{};
+  ucs_status_ptr_t r =
+      ucp_put_nbx(peers_[peer]->ep, src, len, (*rr)->base + offset, (*rr)->rkey, &p);
+  if (UCS_PTR_IS_ERR(r)) return Status::peer_failed(ucx_error("put", UCS_PTR_STATUS(r)));
+  if (r != nullptr) ucp_request_free(r);  // completion is tracked by the flush below
+  // why: a put's own completion is local (the source may be reused); the flush completes once
+  // the data has reached the target, which is what callers wait for.
+  ucp_request_param_t fp{};
+  fp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  fp.cb.send = &op_done;
+  fp.user_data = done;
+  finish(ucp_ep_flush_nbx(peers_[peer]->ep, &fp), done);
+  return Status::ok();
+}
+
+Status UcxTransport::get(NodeId peer, RegionId id, uint64_t offset, void* dst, size_t len,
+                         OpCallback* done) {
+  WorkerLock lock(this);
+  Result<const RemoteRegion*> rr = remote(peer, id, offset, len);
+  if (!rr) return rr.status();
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  p.cb.send = &op_done;
+  p.user_data = done;
+  finish(ucp_get_nbx(peers_[peer]->ep, dst, len, (*rr)->base + offset, (*rr)->rkey, &p), done);
+  return Status::ok();
+}
+
+// --- Progress ------------------------------------------------------------------------------
+
+bool UcxTransport::progress_locked() {
+  bool did = false;
+  // Bounded so one busy peer cannot keep the caller here forever.
+  for (int i = 0; i < 64 && ucp_worker_progress(worker_) != 0; ++i) did = true;
+  return did;
+}
+
+bool UcxTransport::progress() {
+  LOOM_CHECK(t_worker_holder != this, "progress() called from inside a UCX callback");
+  WorkerLock lock(this);
+  return progress_locked();
+}
+
+bool UcxTransport::try_progress() {
+  if (t_worker_holder == this) return false;
+  if (!worker_mu_.try_lock()) return false;
+  t_worker_holder = this;
+  bool did = progress_locked();
+  t_worker_holder = nullptr;
+  worker_mu_.unlock();
+  return did;
+}
+
+bool UcxTransport::arm() {
+  WorkerLock lock(this);
+  ucs_status_t st = ucp_worker_arm(worker_);
+  if (st == UCS_ERR_BUSY) return false;
+  LOOM_CHECK(st == UCS_OK, "ucp_worker_arm: {}", ucs_status_string(st));
+  return true;
+}
+
+void UcxTransport::close(int timeout_ms) {
+  if (closing_.exchange(true)) return;
+  WorkerLock lock(this);
+  int64_t deadline = now_ns() + int64_t{timeout_ms} * 1000000;
+  // Flush what is in flight, then close every endpoint.
+  ucp_request_param_t fp{};
+  ucs_status_ptr_t fr = ucp_worker_flush_nbx(worker_, &fp);
+  if (fr != nullptr && !UCS_PTR_IS_ERR(fr)) {
+    while (ucp_request_check_status(fr) == UCS_INPROGRESS && now_ns() < deadline)
+      ucp_worker_progress(worker_);
+    ucp_request_free(fr);
+  }
+  for (auto& [key, r] : remote_regions_)
+    if (r.rkey != nullptr) ucp_rkey_destroy(r.rkey);
+  remote_regions_.clear();
+  std::vector<ucs_status_ptr_t> closing;
+  for (auto& peer : peers_) {
+    if (peer->ep == nullptr) continue;
+    ucp_request_param_t cp{};
+    cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(peer->ep, &cp);
+    if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
+    peer->ep = nullptr;
+    peer->dead = true;
+  }
+  for (ucs_status_ptr_t r : closing) {
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && now_ns() < deadline)
+      ucp_worker_progress(worker_);
+    ucp_request_free(r);
+  }
+}
+
+}  // namespace loom::comm

@@ -1,0 +1,387 @@
+// Comm over the loopback fabric: messages, request/reply, failures, flow, heartbeats, regions.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/comm.h"
+#include "comm/loopback_transport.h"
+#include "comm/server_thread.h"
+
+namespace loom::comm {
+namespace {
+
+constexpr MsgType kEcho = msg_range::kUser + 1;
+constexpr MsgType kNote = msg_range::kUser + 2;
+constexpr MsgType kDeferred = msg_range::kUser + 3;
+constexpr MsgType kBad = msg_range::kUser + 4;
+const std::span<const std::byte> kNothing;
+
+struct Cluster {
+  explicit Cluster(uint32_t n, CommOptions opts = {}, LoopbackFabric::Options fo = {})
+      : fabric(n, fo) {
+    for (NodeId i = 0; i < n; ++i) {
+      comms.push_back(std::make_unique<Comm>(fabric.endpoint(i), opts));
+      fatal.emplace_back();
+      comms[i]->set_fatal_handler([this, i](const Status& s) {
+        std::lock_guard<std::mutex> lock(mu);
+        fatal[i] = s.to_string();
+      });
+    }
+  }
+  ~Cluster() { stop_servers(); }
+
+  void start_servers() {
+    for (auto& c : comms) {
+      servers.push_back(std::make_unique<ServerThread>(
+          *c, fabric.endpoint(c->rank()), ServerThread::Options{20'000, 5'000'000}));
+      servers.back()->start();
+    }
+  }
+  void stop_servers() {
+    for (auto& s : servers) s->stop();
+    servers.clear();
+  }
+  // Single-threaded drive: every node polls until nothing happens.
+  void pump() {
+    for (bool any = true; any;) {
+      any = false;
+      for (auto& c : comms) any |= c->poll();
+    }
+  }
+  std::string fatal_of(NodeId i) {
+    std::lock_guard<std::mutex> lock(mu);
+    return fatal[i];
+  }
+
+  LoopbackFabric fabric;
+  std::vector<std::unique_ptr<Comm>> comms;
+  std::vector<std::unique_ptr<ServerThread>> servers;
+  std::mutex mu;
+  std::vector<std::string> fatal;
+};
+
+std::span<const std::byte> bytes_of(const std::string& s) {
+  return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
+std::string string_of(std::span<const std::byte> b) {
+  return std::string(reinterpret_cast<const char*>(b.data()), b.size());
+}
+
+void add_echo(Comm& c, std::atomic<int>* calls = nullptr,
+              std::thread::id* handler_thread = nullptr) {
+  ASSERT_TRUE(c.registry()
+                  .add(kEcho, "echo",
+                       [&c, calls, handler_thread](Incoming& in) {
+                         if (calls) ++*calls;
+                         if (handler_thread) *handler_thread = std::this_thread::get_id();
+                         std::string s = "echo:" + string_of(in.payload());
+                         return c.reply(in.reply_to(), bytes_of(s));
+                       })
+                  .is_ok());
+}
+
+TEST(CommLoopback, OneWayMessageRunsHandlerWithSenderAndCounts) {
+  Cluster cl(2);
+  NodeId from = kNoNode;
+  std::string text;
+  ASSERT_TRUE(cl.comms[1]
+                  ->registry()
+                  .add(kNote, "note",
+                       [&](Incoming& in) {
+                         from = in.src();
+                         text = string_of(in.payload());
+                         return Status::ok();
+                       })
+                  .is_ok());
+  ASSERT_TRUE(cl.comms[0]->send(1, kNote, bytes_of("hi there")).is_ok());
+  cl.pump();
+  EXPECT_EQ(from, 0u);
+  EXPECT_EQ(text, "hi there");
+  auto sent = cl.comms[0]->counters().get(kNote);
+  auto recv = cl.comms[1]->counters().get(kNote);
+  EXPECT_EQ(sent.sent_msgs, 1u);
+  EXPECT_EQ(sent.sent_bytes, 8u + kWireHeaderSize);
+  EXPECT_EQ(recv.recv_msgs, 1u);
+  EXPECT_EQ(recv.recv_bytes, 8u + kWireHeaderSize);
+  EXPECT_NE(cl.comms[1]->counters().format_table(cl.comms[1]->registry()).find("note"),
+            std::string::npos);
+}
+
+TEST(CommLoopback, ManyRequestsRepliesOutOfOrder) {
+  // Any-order delivery reorders replies; every request must still get its own reply.
+  Cluster cl(3, {}, {42, LoopbackFabric::Order::kAny});
+  for (auto& c : cl.comms) add_echo(*c);
+  std::vector<Comm::Request> reqs(60);
+  for (int i = 0; i < 60; ++i) {
+    std::string s = std::to_string(i);
+    ASSERT_TRUE(cl.comms[0]->start_request(1 + i % 2, kEcho, bytes_of(s), &reqs[i]).is_ok());
+  }
+  cl.pump();
+  for (int i = 0; i < 60; ++i) {
+    ASSERT_TRUE(reqs[i].done.done());
+    ASSERT_TRUE(reqs[i].done.status().is_ok());
+    EXPECT_EQ(string_of(reqs[i].reply.span()), "echo:" + std::to_string(i));
+  }
+}
+
+TEST(CommLoopback, DeferredReplyFromStateMachine) {
+  // A handler keeps the ReplyTo and answers later, when a second message arrives.
+  Cluster cl(2);
+  std::vector<ReplyTo> waiting;
+  ASSERT_TRUE(cl.comms[1]
+                  ->registry()
+                  .add(kDeferred, "deferred",
+                       [&](Incoming& in) {
+                         waiting.push_back(in.reply_to());
+                         return Status::ok();
+                       })
+                  .is_ok());
+  ASSERT_TRUE(cl.comms[1]
+                  ->registry()
+                  .add(kNote, "release",
+                       [&](Incoming&) {
+                         for (auto& w : waiting) (void)cl.comms[1]->reply(w, bytes_of("granted"));
+                         waiting.clear();
+                         return Status::ok();
+                       })
+                  .is_ok());
+  Comm::Request req;
+  ASSERT_TRUE(cl.comms[0]->start_request(1, kDeferred, {}, &req).is_ok());
+  cl.pump();
+  EXPECT_FALSE(req.done.done());
+  ASSERT_TRUE(cl.comms[0]->send(1, kNote, kNothing).is_ok());
+  cl.pump();
+  ASSERT_TRUE(req.done.done());
+  EXPECT_EQ(string_of(req.reply.span()), "granted");
+}
+
+TEST(CommLoopback, ErrorReplyReachesTheCaller) {
+  Cluster cl(2);
+  ASSERT_TRUE(cl.comms[1]
+                  ->registry()
+                  .add(kEcho, "refuser",
+                       [&](Incoming& in) {
+                         return cl.comms[1]->reply_error(in.reply_to(),
+                                                         Status::not_found("no page 12"));
+                       })
+                  .is_ok());
+  Comm::Request req;
+  ASSERT_TRUE(cl.comms[0]->start_request(1, kEcho, {}, &req).is_ok());
+  cl.pump();
+  ASSERT_TRUE(req.done.done());
+  EXPECT_EQ(req.done.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(req.done.status().message(), "node 1: no page 12");
+}
+
+TEST(CommLoopback, CallbackRequestRunsOnDispatcher) {
+  Cluster cl(2);
+  for (auto& c : cl.comms) add_echo(*c);
+  std::string got;
+  ASSERT_TRUE(cl.comms[0]
+                  ->start_request(1, kEcho, bytes_of("x"),
+                                  [&](Status s, Buffer b) {
+                                    EXPECT_TRUE(cl.comms[0]->on_dispatcher());
+                                    got = s ? string_of(b.span()) : s.to_string();
+                                  })
+                  .is_ok());
+  cl.pump();
+  EXPECT_EQ(got, "echo:x");
+}
+
+TEST(CommLoopback, UnknownTypeIsFatalNamingSenderAndType) {
+  Cluster cl(2);
+  ASSERT_TRUE(cl.comms[0]->send(1, 499, bytes_of("???")).is_ok());
+  cl.pump();
+  std::string f = cl.fatal_of(1);
+  EXPECT_NE(f.find("node 0"), std::string::npos) << f;
+  EXPECT_NE(f.find("unknown type 499"), std::string::npos) << f;
+  EXPECT_TRUE(cl.comms[1]->failed());
+}
+
+TEST(CommLoopback, HandlerRejectingPayloadIsFatal) {
+  Cluster cl(2);
+  struct Two {
+    uint32_t a, b;
+  };
+  ASSERT_TRUE(cl.comms[1]
+                  ->registry()
+                  .add_typed<Two>(kBad, "two_words",
+                                  [](const Two&, Incoming&) { return Status::ok(); })
+                  .is_ok());
+  ASSERT_TRUE(cl.comms[0]->send(1, kBad, bytes_of("abc")).is_ok());
+  cl.pump();
+  std::string f = cl.fatal_of(1);
+  EXPECT_NE(f.find("two_words"), std::string::npos) << f;
+  EXPECT_NE(f.find("node 0"), std::string::npos) << f;
+}
+
+TEST(CommLoopback, MessageFromAnotherJobIsRefusedNotFatal) {
+  LoopbackFabric fabric(2);
+  CommOptions a, b;
+  a.job_tag = 111;
+  b.job_tag = 222;
+  Comm c0(fabric.endpoint(0), a), c1(fabric.endpoint(1), b);
+  bool ran = false;
+  ASSERT_TRUE(c1.registry().add(kNote, "note", [&](Incoming&) {
+    ran = true;
+    return Status::ok();
+  }).is_ok());
+  ASSERT_TRUE(c0.send(1, kNote, kNothing).is_ok());
+  while (c1.poll()) {
+  }
+  EXPECT_FALSE(ran);
+  EXPECT_FALSE(c1.failed());
+}
+
+TEST(CommLoopback, DeadPeerFailsPendingRequestsAndSends) {
+  Cluster cl(3);
+  for (auto& c : cl.comms) add_echo(*c);
+  Comm::Request req;
+  cl.fabric.hold(0, 2);  // the request never gets there
+  ASSERT_TRUE(cl.comms[0]->start_request(2, kEcho, bytes_of("x"), &req).is_ok());
+  cl.fabric.kill(2);
+  cl.pump();
+  ASSERT_TRUE(req.done.done());
+  EXPECT_EQ(req.done.status().code(), StatusCode::kPeerFailed);
+  EXPECT_NE(cl.fatal_of(0).find("node 2"), std::string::npos);
+  EXPECT_NE(cl.fatal_of(1).find("node 2"), std::string::npos);
+  EXPECT_EQ(cl.comms[0]->send(2, kEcho, kNothing).code(), StatusCode::kPeerFailed);
+  EXPECT_EQ(cl.comms[0]->send(7, kEcho, kNothing).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CommLoopback, ConcurrentCallsFromManyThreadsWithServerThreads) {
+  constexpr int kNodes = 4, kThreads = 4, kCalls = 300;
+  Cluster cl(kNodes);
+  std::vector<std::atomic<int>> calls(kNodes);
+  std::vector<std::thread::id> handler_thread(kNodes);
+  for (NodeId i = 0; i < kNodes; ++i) add_echo(*cl.comms[i], &calls[i], &handler_thread[i]);
+  cl.start_servers();
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (NodeId n = 0; n < kNodes; ++n) {
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, n, t] {
+        for (int i = 0; i < kCalls; ++i) {
+          NodeId dst = (n + 1 + i) % kNodes;
+          std::string s = fmt::format("{}.{}.{}", n, t, i);
+          Result<Buffer> r = cl.comms[n]->call(dst, kEcho, bytes_of(s));
+          if (!r || string_of(r->span()) != "echo:" + s) ++errors;
+        }
+      });
+    }
+  }
+  for (auto& t : threads) t.join();
+  std::vector<std::thread::id> app_threads;
+  for (auto& t : threads) app_threads.push_back(t.get_id());
+  cl.stop_servers();
+  EXPECT_EQ(errors.load(), 0);
+  int total = 0;
+  for (auto& c : calls) total += c.load();
+  EXPECT_EQ(total, kNodes * kThreads * kCalls);
+  for (NodeId i = 0; i < kNodes; ++i) {
+    // Handlers ran on a server thread, never on an application thread or the test thread.
+    EXPECT_NE(handler_thread[i], std::this_thread::get_id());
+  }
+}
+
+TEST(CommLoopback, WaitingThreadQueuesRequestsForTheDispatcher) {
+  // Node 1 has no server: its application thread waits for a reply from node 0 and, while
+  // polling, receives a request from node 2. That request must not run on the waiting thread.
+  // (A long wait spin: with no server thread, a sleeping waiter would never see the reply.)
+  CommOptions o;
+  o.wait_spin_ns = 30'000'000'000;
+  Cluster cl(3, o);
+  for (auto& c : cl.comms) add_echo(*c);
+  std::atomic<bool> ran_on_waiter{false};
+  std::thread::id waiter;
+  ASSERT_TRUE(cl.comms[1]
+                  ->registry()
+                  .add(kNote, "note",
+                       [&](Incoming&) {
+                         if (std::this_thread::get_id() == waiter) ran_on_waiter = true;
+                         return Status::ok();
+                       })
+                  .is_ok());
+  ASSERT_TRUE(cl.comms[2]->send(1, kNote, kNothing).is_ok());
+  Comm::Request req;
+  std::thread t([&] {
+    waiter = std::this_thread::get_id();
+    ASSERT_TRUE(cl.comms[1]->start_request(0, kEcho, bytes_of("q"), &req).is_ok());
+    cl.comms[1]->wait(req.done);
+  });
+  // Node 0 answers only after node 1 had time to poll (and see node 2's note).
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (!req.done.done()) cl.comms[0]->poll();
+  t.join();
+  EXPECT_FALSE(cl.comms[1]->inbox_empty());
+  EXPECT_TRUE(cl.comms[1]->poll());  // the dispatcher now runs the queued note
+  EXPECT_FALSE(ran_on_waiter.load());
+  EXPECT_EQ(string_of(req.reply.span()), "echo:q");
+}
+
+TEST(CommLoopback, SilentPeerIsDetectedByHeartbeatTimeout) {
+  CommOptions o;
+  o.heartbeat_ns = 10'000'000;
+  o.peer_timeout_ns = 200'000'000;
+  Cluster cl(3, o);
+  for (auto& c : cl.comms) c->start_monitoring();
+  cl.start_servers();
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  for (NodeId i = 0; i < 3; ++i) EXPECT_EQ(cl.fatal_of(i), "") << "false alarm on node " << i;
+  // Node 1 stops talking (as if SIGSTOPped): nothing it sends arrives any more.
+  cl.fabric.hold(1, 0);
+  cl.fabric.hold(1, 2);
+  int64_t start = now_ns();
+  while (cl.fatal_of(2).empty() && now_ns() - start < 3'000'000'000) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  cl.stop_servers();
+  EXPECT_NE(cl.fatal_of(2).find("node 1 has not been heard from"), std::string::npos)
+      << cl.fatal_of(2);
+}
+
+TEST(CommLoopback, RegionsPutAndGet) {
+  Cluster cl(2);
+  cl.start_servers();
+  std::vector<std::vector<char>> mem(2, std::vector<char>(4096, 0));
+  std::vector<std::thread> ts;
+  for (NodeId i = 0; i < 2; ++i)
+    ts.emplace_back([&, i] {
+      EXPECT_TRUE(cl.comms[i]->register_region(1, mem[i].data(), mem[i].size()).is_ok());
+    });
+  for (auto& t : ts) t.join();
+  std::string msg = "one-sided";
+  Completion c;
+  ASSERT_TRUE(cl.comms[0]->put(1, 1, 100, msg.data(), msg.size(), &c).is_ok());
+  EXPECT_TRUE(cl.comms[0]->wait(c).is_ok());
+  EXPECT_EQ(std::string(mem[1].data() + 100, msg.size()), msg);
+  std::vector<char> back(msg.size());
+  Completion g;
+  ASSERT_TRUE(cl.comms[1]->get(1, 1, 100, back.data(), back.size(), &g).is_ok());
+  EXPECT_TRUE(cl.comms[1]->wait(g).is_ok());
+  EXPECT_EQ(std::string(back.data(), back.size()), msg);
+  cl.stop_servers();
+}
+
+TEST(CommLoopback, ManyOneWayMessagesAllArrive) {
+  // A small credit window must throttle, not lose, a burst of sends.
+  CommOptions o;
+  o.max_inflight = 4;
+  Cluster cl(2, o);
+  std::atomic<int> got{0};
+  ASSERT_TRUE(cl.comms[1]->registry().add(kNote, "note", [&](Incoming&) {
+    ++got;
+    return Status::ok();
+  }).is_ok());
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(cl.comms[0]->send(1, kNote, bytes_of("m")).is_ok());
+  cl.pump();
+  EXPECT_EQ(got.load(), 1000);
+}
+
+}  // namespace
+}  // namespace loom::comm
