@@ -111,19 +111,19 @@ const ConfigRow* find_config_row(std::string_view name) {
 }
 
 std::string config_flag_name(const ConfigRow& row) {
-  std::string f = "--" + lower(row.name);
+  std::string f = fmt::format("--{}", lower(row.name));
   std::replace(f.begin(), f.end(), '_', '-');
   return f;
 }
 
-std::string config_env_name(const ConfigRow& row) { return std::string("LOOM_") + row.name; }
+std::string config_env_name(const ConfigRow& row) { return fmt::format("LOOM_{}", row.name); }
 
 Status parse_config_value(const ConfigRow& row, std::string_view text, std::string* out) {
   switch (row.type) {
     case ConfigType::kBool: {
       std::string t = lower(text);
-      if (t == "1" || t == "y" || t == "yes" || t == "on" || t == "true") *out = "1";
-      else if (t == "0" || t == "n" || t == "no" || t == "off" || t == "false") *out = "0";
+      if (t == "1" || t == "y" || t == "yes" || t == "on" || t == "true") out->assign(1, '1');
+      else if (t == "0" || t == "n" || t == "no" || t == "off" || t == "false") out->assign(1, '0');
       else return bad_value(row, text, "a boolean (1/0, yes/no, on/off, true/false)");
       return Status::ok();
     }
@@ -149,7 +149,7 @@ Status parse_config_value(const ConfigRow& row, std::string_view text, std::stri
         }
         pos = bar + 1;
       }
-      std::string expected = "one of " + std::string(row.choices);
+      std::string expected = fmt::format("one of {}", row.choices);
       std::replace(expected.begin(), expected.end(), '|', ',');
       return bad_value(row, text, expected);
     }

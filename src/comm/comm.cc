@@ -424,8 +424,10 @@ void Comm::on_send_done(NodeId dst, size_t bytes) {
 void Comm::on_peer_failure(NodeId node, const Status& why) {
   if (node >= size_) return;
   if (dead_[node].exchange(true, std::memory_order_acq_rel)) return;
-  fail_pending_to(node, why);
+  // note: the fatal handler first. The runtime's handler ends the process, so waiting threads
+  // never see a half-failed job; handlers that return (tests) then get their requests failed.
   report_fatal(why);
+  fail_pending_to(node, why);
 }
 
 void Comm::fail_pending_to(NodeId node, const Status& why) {

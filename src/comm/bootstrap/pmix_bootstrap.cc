@@ -1,0 +1,265 @@
+#include "comm/bootstrap/pmix_bootstrap.h"
+
+#include <fmt/format.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/log.h"
+#include "comm/bootstrap/boot_wire.h"
+#include "comm/bootstrap/bootstrap_impl.h"
+
+namespace loom::comm::internal {
+namespace {
+
+constexpr char kTokenKey[] = "loom.token";
+
+// The one live PmixBootstrap, for the event handler (PMIx passes it no object of ours).
+Mutex g_active_mu;
+PmixBootstrap* g_active GUARDED_BY(g_active_mu) = nullptr;
+
+std::string pmix_error(pmix_status_t rc) { return PMIx_Error_string(rc); }
+
+// Failure events worth stopping the job for. Normal terminations (PMIX_EVENT_JOB_END) are not.
+pmix_status_t kFailureEvents[] = {PMIX_ERR_LOST_CONNECTION, PMIX_ERR_UNREACH,
+                                  PMIX_ERR_PROC_ABORTED,    PMIX_ERR_PROC_ABORTING,
+                                  PMIX_ERR_PROC_TERM_WO_SYNC, PMIX_EVENT_NODE_DOWN};
+
+// Runs on PMIx's progress thread.
+void on_pmix_event(size_t /*id*/, pmix_status_t status, const pmix_proc_t* source,
+                   pmix_info_t info[], size_t ninfo, pmix_info_t* /*results*/,
+                   size_t /*nresults*/, pmix_event_notification_cbfunc_fn_t cbfunc,
+                   void* cbdata) {
+  std::string text;
+  if (status == PMIX_ERR_LOST_CONNECTION || status == PMIX_ERR_UNREACH) {
+    text = "lost connection to the PMIx server (mpirun/srun): " + pmix_error(status);
+  } else {
+    // The affected process, if the event names one; else the event's source.
+    std::optional<pmix_rank_t> rank;
+    for (size_t i = 0; i < ninfo; ++i)
+      if (PMIX_CHECK_KEY(&info[i], PMIX_EVENT_AFFECTED_PROC) && info[i].value.type == PMIX_PROC &&
+          info[i].value.data.proc != nullptr)
+        rank = info[i].value.data.proc->rank;
+    if (!rank && source != nullptr) rank = source->rank;
+    text = rank && *rank < PMIX_RANK_VALID
+               ? fmt::format("node {}: PMIx reported {}", *rank, pmix_error(status))
+               : fmt::format("PMIx reported {}", pmix_error(status));
+  }
+  {
+    MutexLock lock(g_active_mu);
+    if (g_active != nullptr) g_active->on_failure(Status::peer_failed(text));
+  }
+  // Let other handlers (an MPI library's, say) see the event too.
+  if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, nullptr, 0, nullptr, nullptr, cbdata);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PmixBootstrap>> PmixBootstrap::init() {
+  pmix_proc_t me;
+  pmix_status_t rc = PMIx_Init(&me, nullptr, 0);
+  if (rc != PMIX_SUCCESS)
+    return Status::io(fmt::format("PMIx_Init failed: {} (is this process started by mpirun or "
+                                  "srun --mpi=pmix?)",
+                                  pmix_error(rc)));
+  int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (efd < 0) {
+    int err = errno;
+    PMIx_Finalize(nullptr, 0);
+    return Status::from_errno("eventfd", err);
+  }
+  // From here on the destructor finalizes PMIx.
+  std::unique_ptr<PmixBootstrap> b(new PmixBootstrap(me, efd));
+  {
+    MutexLock lock(g_active_mu);
+    if (g_active != nullptr)
+      return Status::invalid_argument("a PMIx bootstrap already exists in this process");
+    g_active = b.get();
+  }
+
+  rc = PMIx_Register_event_handler(kFailureEvents, std::size(kFailureEvents), nullptr, 0,
+                                   on_pmix_event, nullptr, nullptr);
+  // note: without a callback the call blocks and returns the handler's id, or an error (< 0).
+  if (rc < 0)
+    LOOM_WARN("PMIx_Register_event_handler failed: {}; process failures are detected only by "
+              "failing fences",
+              pmix_error(rc));
+  else
+    b->handler_id_ = static_cast<size_t>(rc);
+
+  pmix_proc_t wildcard;
+  PMIX_LOAD_PROCID(&wildcard, me.nspace, PMIX_RANK_WILDCARD);
+  pmix_value_t* val = nullptr;
+  rc = PMIx_Get(&wildcard, PMIX_JOB_SIZE, nullptr, 0, &val);
+  if (rc != PMIX_SUCCESS || val == nullptr)
+    return Status::io(fmt::format("PMIx_Get({}) failed: {}", PMIX_JOB_SIZE, pmix_error(rc)));
+  switch (val->type) {
+    case PMIX_UINT32: b->size_ = val->data.uint32; break;
+    case PMIX_UINT64: b->size_ = static_cast<uint32_t>(val->data.uint64); break;
+    case PMIX_SIZE: b->size_ = static_cast<uint32_t>(val->data.size); break;
+    case PMIX_INT: b->size_ = static_cast<uint32_t>(val->data.integer); break;
+    default: break;
+  }
+  PMIX_VALUE_RELEASE(val);
+  if (b->size_ == 0 || me.rank >= b->size_)
+    return Status::internal(
+        fmt::format("PMIx reports rank {} in a job of {} processes", me.rank, b->size_));
+
+  if (me.rank == 0) {
+    auto token = boot::random_token();
+    if (!token) return token.status();
+    b->token_ = *token;
+    pmix_value_t v;
+    PMIX_VALUE_CONSTRUCT(&v);
+    v.type = PMIX_STRING;
+    v.data.string = b->token_.data();  // PMIx_Put copies the value
+    rc = PMIx_Put(PMIX_GLOBAL, kTokenKey, &v);
+    if (rc != PMIX_SUCCESS) return Status::io("PMIx_Put(loom.token) failed: " + pmix_error(rc));
+  }
+  rc = PMIx_Commit();
+  if (rc != PMIX_SUCCESS) return Status::io("PMIx_Commit failed: " + pmix_error(rc));
+  Status s = b->fence(/*collect=*/true);
+  if (!s) return s;
+  if (me.rank != 0) {
+    pmix_proc_t root;
+    PMIX_LOAD_PROCID(&root, me.nspace, 0);
+    val = nullptr;
+    rc = PMIx_Get(&root, kTokenKey, nullptr, 0, &val);
+    if (rc != PMIX_SUCCESS || val == nullptr || val->type != PMIX_STRING ||
+        val->data.string == nullptr) {
+      if (val != nullptr) PMIX_VALUE_RELEASE(val);
+      return Status::io("PMIx_Get(loom.token) from rank 0 failed: " + pmix_error(rc));
+    }
+    b->token_ = val->data.string;
+    PMIX_VALUE_RELEASE(val);
+  }
+  return b;
+}
+
+PmixBootstrap::PmixBootstrap(const pmix_proc_t& me, int event_fd) : me_(me), event_fd_(event_fd) {}
+
+PmixBootstrap::~PmixBootstrap() {
+  if (handler_id_) PMIx_Deregister_event_handler(*handler_id_, nullptr, nullptr);
+  {
+    MutexLock lock(g_active_mu);
+    if (g_active == this) g_active = nullptr;
+  }
+  pmix_status_t rc = PMIx_Finalize(nullptr, 0);
+  if (rc != PMIX_SUCCESS) LOOM_DEBUG("PMIx_Finalize: {}", pmix_error(rc));
+  ::close(event_fd_);
+}
+
+void PmixBootstrap::on_failure(Status s) {
+  MutexLock lock(mu_);
+  if (!failure_) failure_ = std::move(s);
+  uint64_t one = 1;
+  ssize_t n = ::write(event_fd_, &one, sizeof one);
+  (void)n;
+}
+
+Status PmixBootstrap::handle_event() {
+  uint64_t v;
+  ssize_t n = ::read(event_fd_, &v, sizeof v);  // non-blocking
+  (void)n;
+  MutexLock lock(mu_);
+  return failure_ ? *failure_ : Status::ok();
+}
+
+Status PmixBootstrap::fence(bool collect) {
+  pmix_info_t info;
+  PMIX_INFO_CONSTRUCT(&info);
+  bool yes = true;
+  if (collect) PMIx_Info_load(&info, PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
+  // nullptr procs: every process of this namespace.
+  pmix_status_t rc = PMIx_Fence(nullptr, 0, collect ? &info : nullptr, collect ? 1 : 0);
+  PMIX_INFO_DESTRUCT(&info);
+  if (rc == PMIX_SUCCESS) return Status::ok();
+  Status s = Status::peer_failed(fmt::format(
+      "PMIx_Fence failed: {} (a process of the job died or the PMIx server is gone)",
+      pmix_error(rc)));
+  on_failure(s);
+  return s;
+}
+
+Result<std::string> PmixBootstrap::get_blob(uint32_t rank, const std::string& key) {
+  pmix_proc_t proc;
+  PMIX_LOAD_PROCID(&proc, me_.nspace, rank);
+  pmix_info_t info;
+  PMIX_INFO_CONSTRUCT(&info);
+  int timeout = kGetTimeoutS;
+  PMIx_Info_load(&info, PMIX_TIMEOUT, &timeout, PMIX_INT);
+  pmix_value_t* val = nullptr;
+  pmix_status_t rc = PMIx_Get(&proc, key.c_str(), &info, 1, &val);
+  PMIX_INFO_DESTRUCT(&info);
+  if (rc != PMIX_SUCCESS || val == nullptr) {
+    if (val != nullptr) PMIX_VALUE_RELEASE(val);
+    return Status::peer_failed(
+        fmt::format("PMIx_Get({}) from node {} failed: {}", key, rank, pmix_error(rc)));
+  }
+  if (val->type != PMIX_BYTE_OBJECT || val->data.bo.size == 0) {
+    PMIX_VALUE_RELEASE(val);
+    return Status::malformed(fmt::format("PMIx key {} of node {} is not a Loom blob", key, rank));
+  }
+  // Drop the one-byte marker put() added (see allgather()).
+  std::string blob(val->data.bo.bytes + 1, val->data.bo.size - 1);
+  PMIX_VALUE_RELEASE(val);
+  return blob;
+}
+
+Result<std::vector<std::string>> PmixBootstrap::allgather(std::string_view mine) {
+  {
+    MutexLock lock(mu_);
+    if (failure_) return *failure_;
+  }
+  std::string key = fmt::format("loom.ag.{}", next_seq_++);
+  // note: a one-byte marker in front, so an empty contribution is still a non-empty byte object
+  // (PMIx treats zero-sized byte objects inconsistently across versions).
+  std::string data = "L";
+  data.append(mine);
+  pmix_value_t v;
+  PMIX_VALUE_CONSTRUCT(&v);
+  v.type = PMIX_BYTE_OBJECT;
+  v.data.bo.bytes = data.data();
+  v.data.bo.size = data.size();
+  pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, key.c_str(), &v);
+  if (rc != PMIX_SUCCESS) return Status::io(fmt::format("PMIx_Put({}) failed: {}", key, pmix_error(rc)));
+  rc = PMIx_Commit();
+  if (rc != PMIX_SUCCESS) return Status::io("PMIx_Commit failed: " + pmix_error(rc));
+  Status s = fence(/*collect=*/true);
+  if (!s) return s;
+  std::vector<std::string> out(size_);
+  for (uint32_t r = 0; r < size_; ++r) {
+    if (r == me_.rank) {
+      out[r] = std::string(mine);
+      continue;
+    }
+    auto blob = get_blob(r, key);
+    if (!blob) return blob.status();
+    out[r] = std::move(*blob);
+  }
+  return out;
+}
+
+Status PmixBootstrap::barrier() {
+  {
+    MutexLock lock(mu_);
+    if (failure_) return *failure_;
+  }
+  return fence(/*collect=*/false);
+}
+
+void PmixBootstrap::abort_job(std::string_view reason) {
+  std::string msg(reason);
+  // nullptr procs: the whole namespace. The server kills the job, this process included.
+  pmix_status_t rc = PMIx_Abort(1, msg.c_str(), nullptr, 0);
+  if (rc != PMIX_SUCCESS) LOOM_WARN("PMIx_Abort failed: {}", pmix_error(rc));
+}
+
+Result<std::unique_ptr<Bootstrap>> make_pmix_bootstrap(const Config& /*config*/) {
+  auto b = PmixBootstrap::init();
+  if (!b) return b.status();
+  return std::unique_ptr<Bootstrap>(std::move(*b));
+}
+
+}  // namespace loom::comm::internal

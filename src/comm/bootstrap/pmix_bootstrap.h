@@ -1,0 +1,81 @@
+// PmixBootstrap: the bootstrap when the job was started by a PMIx server (Open MPI's mpirun,
+// Slurm's srun --mpi=pmix, PRRTE's prterun).
+//
+//   rank/size  PMIx_Init's proc.rank; PMIX_JOB_SIZE of the namespace.
+//   token      rank 0 draws it and PMIx_Put's "loom.token" before the start-up fence; the others
+//              PMIx_Get it after.
+//   allgather  PMIx_Put("loom.ag.<seq>") + PMIx_Commit + PMIx_Fence(all, collect data) + a
+//              PMIx_Get per rank. barrier() is a fence without data.
+//   failures   a fence that cannot complete returns its PMIx error (PARTIAL-SUCCESS when a process
+//              died, UNREACHABLE when the server is gone) as Status::peer_failed. PMIx events
+//              about dead processes or a lost server are filed by a PMIx event handler and
+//              reported by handle_event(); event_fd() is an eventfd signalled by that handler.
+//              Note that mpirun/srun normally kill the whole job themselves when one process dies.
+//   abort_job  PMIx_Abort: the resource manager terminates the job, this process included.
+//
+// Thread safety (see bootstrap.h): collectives on one application thread; handle_event() on the
+// server thread; the PMIx event handler runs on PMIx's progress thread and only touches mu_'s
+// state and the eventfd. PMIx is process-global: at most one PmixBootstrap exists at a time.
+#pragma once
+
+#include <pmix.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "comm/bootstrap/bootstrap.h"
+
+namespace loom::comm::internal {
+
+class PmixBootstrap final : public Bootstrap {
+ public:
+  // Seconds a PMIx_Get of another rank's data may take before it fails (the data is local after
+  // the fence, so this only bounds a broken server).
+  static constexpr int kGetTimeoutS = 60;
+
+  // PMIx_Init, job size, token exchange (one fence).
+  static Result<std::unique_ptr<PmixBootstrap>> init();
+  // Deregisters the event handler and calls PMIx_Finalize.
+  ~PmixBootstrap() override;
+
+  PmixBootstrap(const PmixBootstrap&) = delete;
+  PmixBootstrap& operator=(const PmixBootstrap&) = delete;
+
+  std::string_view name() const override { return "pmix"; }
+  NodeId rank() const override { return me_.rank; }
+  uint32_t size() const override { return size_; }
+  const std::string& job_token() const override { return token_; }
+
+  Result<std::vector<std::string>> allgather(std::string_view mine) override;
+  Status barrier() override;
+
+  int event_fd() const override { return event_fd_; }
+  Status handle_event() override;
+  void abort_job(std::string_view reason) override;
+
+  // Called by PMIx's progress thread (pmix_bootstrap.cc's handler) with a failure to report.
+  void on_failure(Status s) EXCLUDES(mu_);
+
+ private:
+  PmixBootstrap(const pmix_proc_t& me, int event_fd);
+  Status fence(bool collect);
+  Result<std::string> get_blob(uint32_t rank, const std::string& key);
+
+  // Constant after init().
+  pmix_proc_t me_;
+  uint32_t size_ = 0;
+  std::string token_;
+  const int event_fd_;
+  std::optional<size_t> handler_id_;
+
+  // Application thread only.
+  uint64_t next_seq_ = 0;
+
+  Mutex mu_;
+  std::optional<Status> failure_ GUARDED_BY(mu_);
+};
+
+}  // namespace loom::comm::internal

@@ -1,0 +1,309 @@
+#include "broker.h"
+
+#include <fmt/format.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "sys.h"
+
+namespace loom::loomrun {
+namespace {
+
+// How much one readable event may read from one connection before others get a turn.
+constexpr size_t kReadBudget = 4 << 20;
+
+// Compares tokens without an early exit, so timing does not reveal a prefix.
+bool same_token(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Broker>> Broker::listen(const std::string& path, uint32_t size,
+                                               std::string token, BrokerListener* listener) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.size() >= sizeof sa.sun_path)
+    return Status::invalid_argument(fmt::format("socket path '{}' is too long", path));
+  std::memcpy(sa.sun_path, path.data(), path.size());
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return Status::from_errno("socket", errno);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0)
+    return Status::from_errno(fmt::format("bind({})", path), errno);
+  if (::listen(fd.get(), SOMAXCONN) != 0) return Status::from_errno("listen", errno);
+  return std::unique_ptr<Broker>(new Broker(std::move(fd), size, std::move(token), listener));
+}
+
+Broker::Broker(UniqueFd listen_fd, uint32_t size, std::string token, BrokerListener* listener)
+    : listen_fd_(std::move(listen_fd)),
+      size_(size),
+      token_(std::move(token)),
+      listener_(listener),
+      by_rank_(size, nullptr),
+      next_seq_(size, 0),
+      departed_(size, false) {}
+
+void Broker::add_to(PollSet* ps) {
+  // Free connections closed during the previous round; nothing refers to them any more.
+  std::erase_if(conns_, [](const std::unique_ptr<Conn>& c) { return c->closed; });
+  ps->add(listen_fd_.get(), POLLIN, [this](short) { accept_all(); });
+  for (auto& c : conns_) {
+    short events = (c->closing ? 0 : POLLIN) | (c->out.empty() ? 0 : POLLOUT);
+    Conn* raw = c.get();
+    // events == 0 still reports POLLHUP/POLLERR, which closes a refused connection.
+    ps->add(c->fd.get(), events, [this, raw](short revents) { on_conn_event(raw, revents); });
+  }
+}
+
+void Broker::accept_all() {
+  while (true) {
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        warn(fmt::format("accept on the bootstrap socket: {}", std::strerror(errno)));
+      return;
+    }
+    if (pending_ >= kMaxPending) {
+      if (!warned_pending_)
+        warn("too many unidentified connections to the bootstrap socket; closing new ones");
+      warned_pending_ = true;
+      ::close(fd);
+      continue;
+    }
+    auto c = std::make_unique<Conn>();
+    c->fd.reset(fd);
+    ++pending_;
+    conns_.push_back(std::move(c));
+  }
+}
+
+void Broker::on_conn_event(Conn* c, short revents) {
+  if (c->closed) return;
+  if (revents & POLLOUT) flush(c);
+  if (c->closed) return;
+  if (c->closing) {
+    if (revents & (POLLHUP | POLLERR)) close_conn(c);
+    return;
+  }
+  if (revents & (POLLIN | POLLHUP | POLLERR)) read_from(c);
+}
+
+void Broker::drain(uint32_t rank) {
+  if (rank < size_ && by_rank_[rank] != nullptr) read_from(by_rank_[rank]);
+}
+
+void Broker::read_from(Conn* c) {
+  char buf[64 * 1024];
+  size_t budget = kReadBudget;
+  bool eof = false;
+  while (budget > 0 && !c->closed && !c->closing) {
+    ssize_t n = ::recv(c->fd.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) {
+      c->reader.append(std::string_view(buf, static_cast<size_t>(n)));
+      budget -= std::min(budget, static_cast<size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      break;
+    } else {
+      eof = true;  // EOF, or ECONNRESET and friends: the peer is gone either way
+      break;
+    }
+    // Handle frames as they complete, so a refused or broken connection stops being read.
+    while (!c->closed && !c->closing) {
+      auto next = c->reader.next();
+      if (!next) {
+        if (c->rank == kNoRank) refuse(c, "", "malformed frame: " + next.status().message());
+        else protocol_error(c, next.status().message());
+        return;
+      }
+      if (!next->has_value()) break;
+      handle_frame(c, std::move(**next));
+    }
+  }
+  if (eof && !c->closed) close_conn(c);
+}
+
+void Broker::handle_frame(Conn* c, boot::Frame f) {
+  if (c->rank == kNoRank) {
+    handle_hello(c, f);
+    return;
+  }
+  switch (f.kind) {
+    case boot::Kind::kAllgather: handle_allgather(c, f); return;
+    case boot::Kind::kBye: {
+      boot::Bye m;
+      Status s = boot::decode(f, &m);
+      if (!s) return protocol_error(c, s.message());
+      c->said_bye = true;
+      departed_[c->rank] = true;
+      listener_->on_bye(c->rank, m.exit_code);
+      check_departed(c->rank);
+      return;
+    }
+    case boot::Kind::kAbort: {
+      boot::Abort m;
+      Status s = boot::decode(f, &m);
+      if (!s) return protocol_error(c, s.message());
+      listener_->on_abort(c->rank, m.reason);
+      return;
+    }
+    default:
+      protocol_error(c, fmt::format("unexpected {} frame",
+                                    boot::kind_name(static_cast<uint16_t>(f.kind))));
+      return;
+  }
+}
+
+void Broker::handle_hello(Conn* c, const boot::Frame& f) {
+  boot::Hello m;
+  Status s = boot::decode(f, &m);
+  if (!s) return refuse(c, "", s.message());
+  std::string who = fmt::format(" from pid {} (rank {})", m.pid, m.rank);
+  if (!same_token(m.token, token_)) return refuse(c, who, "wrong job token");
+  if (m.rank >= size_)
+    return refuse(c, who,
+                  fmt::format("rank {} is out of range (the job has {} nodes)", m.rank, size_));
+  if (by_rank_[m.rank] != nullptr)
+    return refuse(c, who,
+                  fmt::format("rank {} is already connected (pid {})", m.rank,
+                              by_rank_[m.rank]->pid));
+  if (departed_[m.rank])
+    return refuse(c, who, fmt::format("rank {} has already left the job", m.rank));
+  c->rank = m.rank;
+  c->pid = m.pid;
+  by_rank_[m.rank] = c;
+  --pending_;
+  boot::Ok ok;
+  ok.size = size_;
+  enqueue(c, std::make_shared<const std::string>(boot::encode(ok)));
+  // A node that arrives after the job began failing learns it at once.
+  if (failure_frame_) enqueue(c, failure_frame_);
+  listener_->on_hello(m.rank, m.pid);
+}
+
+void Broker::handle_allgather(Conn* c, const boot::Frame& f) {
+  boot::Allgather m;
+  Status s = boot::decode(f, &m);
+  if (!s) return protocol_error(c, s.message());
+  uint32_t r = c->rank;
+  if (m.seq != next_seq_[r])
+    return protocol_error(c, fmt::format("ALLGATHER #{} out of order (expected #{})", m.seq,
+                                         next_seq_[r]));
+  ++next_seq_[r];
+  Round& round = rounds_[m.seq];
+  if (round.blobs.empty()) round.blobs.resize(size_);
+  round.blobs[r] = std::move(m.blob);
+  ++round.count;
+  // A node that has left will never contribute.
+  for (uint32_t d = 0; d < size_; ++d)
+    if (departed_[d] && next_seq_[d] <= m.seq) return listener_->on_collective_stuck(m.seq, d);
+  if (round.count == size_) complete_round(m.seq);
+}
+
+void Broker::complete_round(uint64_t seq) {
+  auto it = rounds_.find(seq);
+  boot::AllgatherResult result;
+  result.seq = seq;
+  result.blobs = std::move(it->second.blobs);
+  rounds_.erase(it);
+  size_t payload = boot::allgather_result_payload_size(result.blobs);
+  if (!boot::fits_in_frame(payload))
+    return listener_->on_collective_too_large(seq, payload + boot::kFrameHeaderSize);
+  auto frame = std::make_shared<const std::string>(boot::encode(result));
+  for (Conn* c : by_rank_)
+    if (c != nullptr) enqueue(c, frame);
+}
+
+void Broker::check_departed(uint32_t rank) {
+  for (const auto& [seq, round] : rounds_)
+    if (seq >= next_seq_[rank]) return listener_->on_collective_stuck(seq, rank);
+}
+
+void Broker::node_exited(uint32_t rank) {
+  if (departed_[rank]) return;
+  departed_[rank] = true;
+  check_departed(rank);
+}
+
+void Broker::refuse(Conn* c, const std::string& who, const std::string& reason) {
+  warn(fmt::format("refused a bootstrap connection{}: {}", who, reason));
+  boot::Refuse m;
+  m.reason = reason;
+  enqueue(c, std::make_shared<const std::string>(boot::encode(m)));
+  c->closing = true;
+  if (c->out.empty()) close_conn(c);
+}
+
+void Broker::protocol_error(Conn* c, const std::string& what) {
+  uint32_t rank = c->rank;
+  close_conn(c);
+  listener_->on_protocol_error(rank, what);
+}
+
+void Broker::enqueue(Conn* c, std::shared_ptr<const std::string> frame) {
+  if (c->closed) return;
+  c->out.emplace_back(std::move(frame), 0);
+  flush(c);
+}
+
+void Broker::flush(Conn* c) {
+  while (!c->closed && !c->out.empty()) {
+    auto& [frame, off] = c->out.front();
+    ssize_t n = ::send(c->fd.get(), frame->data() + off, frame->size() - off,
+                       MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n < 0) {
+      // EPIPE, ECONNRESET: the node is gone; its EOF tells the rest of the story.
+      close_conn(c);
+      return;
+    }
+    off += static_cast<size_t>(n);
+    if (off == frame->size()) c->out.pop_front();
+  }
+  if (c->closing && c->out.empty()) close_conn(c);
+}
+
+void Broker::close_conn(Conn* c) {
+  if (c->closed) return;
+  c->closed = true;
+  c->out.clear();
+  c->fd.reset();
+  if (c->rank == kNoRank) {
+    --pending_;
+    return;
+  }
+  by_rank_[c->rank] = nullptr;
+  listener_->on_disconnect(c->rank, c->said_bye);
+}
+
+void Broker::broadcast(uint32_t except, std::shared_ptr<const std::string> frame) {
+  failure_frame_ = frame;
+  for (Conn* c : by_rank_)
+    if (c != nullptr && c->rank != except && !c->said_bye) enqueue(c, frame);
+}
+
+void Broker::broadcast_peer_failed(uint32_t failed, const std::string& text) {
+  boot::PeerFailed m;
+  m.rank = failed;
+  m.text = text;
+  broadcast(failed, std::make_shared<const std::string>(boot::encode(m)));
+}
+
+void Broker::broadcast_job_abort(uint32_t rank, const std::string& reason) {
+  boot::JobAbort m;
+  m.rank = rank;
+  m.reason = reason;
+  broadcast(rank, std::make_shared<const std::string>(boot::encode(m)));
+}
+
+}  // namespace loom::loomrun

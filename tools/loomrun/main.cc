@@ -1,0 +1,62 @@
+// loomrun: starts a Loom job of N local nodes and brokers their bootstrap (docs/launcher.md).
+//
+//   main.cc     order of work, exit status
+//   options.cc  command line, LOOM_* validation
+//   spawn.cc    finding the program, forking nodes
+//   job.cc      the event loop: node lifecycle, failures, signals, deadlines
+//   broker.cc   the bootstrap server (HELLO, ALLGATHER, failure notices)
+//   output.cc   forwarding the nodes' stdout and stderr
+//   stats.cc    merging --stats-json files
+//   sys.cc      messages, signals, temporary directory, limits
+#include <variant>
+
+#include "job.h"
+#include "options.h"
+#include "spawn.h"
+#include "stats.h"
+#include "sys.h"
+
+int main(int argc, char** argv) {
+  using namespace loom::loomrun;
+  ensure_std_fds();
+
+  auto parsed = parse_options(argc, argv);
+  if (const int* code = std::get_if<int>(&parsed)) return *code;
+  const Options& options = std::get<Options>(parsed);
+  if (!check_environment(options)) return kUsageError;
+
+  // Before anything is forked: a typo is one line, not N.
+  auto program = resolve_program(options.command.front());
+  if (!program) {
+    say(program.status().message());
+    return kUsageError;
+  }
+
+  ChildSetup child_setup{};
+  if (auto s = raise_fd_limit(options.nodes, &child_setup); !s) {
+    say(s.message());
+    return 1;
+  }
+  // Signals are blocked from here on, so the temporary directory below is always removed.
+  auto signals = SignalFd::create(&child_setup);
+  if (!signals) {
+    say(signals.status().message());
+    return 1;
+  }
+  auto dir = TempDir::create(/*max_name=*/16);
+  if (!dir) {
+    say(dir.status().message());
+    return 1;
+  }
+
+  int status;
+  {
+    Job job(options, *program, (*dir)->path(), signals->get(), child_setup);
+    status = job.run();
+  }
+  if (!options.stats_json.empty() &&
+      !merge_stats(Job::stats_pattern((*dir)->path()), options.nodes, options.stats_json) &&
+      status == 0)
+    status = 1;
+  return status;  // *dir's destructor removes the directory
+}
