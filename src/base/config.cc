@@ -15,7 +15,7 @@ namespace {
 
 constexpr int64_t kKiB = 1024;
 
-// The one table. Keep README's configuration table in step (scripts/check-docs.sh compares them).
+// The one table. README's configuration table is generated from `loomrun --help-config`.
 const ConfigRow kRows[] = {
     {"LOG_LEVEL", ConfigType::kEnum, "warn", "Messages printed to stderr: error, warn, info or debug.",
      "error|warn|info|debug"},
@@ -39,13 +39,14 @@ const ConfigRow kRows[] = {
      "How long an application thread waiting for a reply polls before it sleeps (us).", "", 0,
      1000000},
     {"HEARTBEAT_MS", ConfigType::kInt, "500",
-     "Keepalive: a node sends a heartbeat to its monitored peers after this much silence (ms).", "",
+     "Keepalive: every this many ms a node sends a heartbeat to the next MONITOR_PEERS ranks.", "",
      10, 3600000},
     {"PEER_TIMEOUT_MS", ConfigType::kInt, "4000",
      "A monitored peer silent for this long is declared failed and the job stops (ms).", "", 50,
      86400000},
     {"MONITOR_PEERS", ConfigType::kInt, "4",
-     "How many ring neighbours each node monitors with heartbeats (each side).", "", 1, 1024},
+     "Each node watches this many preceding ranks (and heartbeats as many following ones).", "", 1,
+     1024},
     {"MAX_INFLIGHT", ConfigType::kInt, "256",
      "Flow control: unfinished sends per peer before a sending application thread waits.", "", 1,
      1 << 20},

@@ -56,6 +56,7 @@ Level level() { return static_cast<Level>(g_level.load(std::memory_order_relaxed
 bool enabled(Level l) { return static_cast<int>(l) <= g_level.load(std::memory_order_relaxed); }
 
 void write(Level l, std::string_view msg) { write_line(level_name(l), msg); }
+void write_tagged(std::string_view tag, std::string_view msg) { write_line(tag, msg); }
 
 int add_state_dumper(std::function<void()> fn) {
   auto& d = dumpers();

@@ -24,6 +24,8 @@ bool enabled(Level level);
 
 // Writes one line to stderr (a single write(2), so lines from threads do not interleave).
 void write(Level level, std::string_view msg);
+// Writes "loom[r] <tag>: msg" whatever the level (message traces).
+void write_tagged(std::string_view tag, std::string_view msg);
 
 // Registers a function that prints node state (page table, protocol state) when Loom aborts.
 // Returns an id for remove_state_dumper.

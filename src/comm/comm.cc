@@ -104,6 +104,7 @@ void Comm::register_system_types() {
       sys_msg::kAbort, "abort",
       [this](Incoming& in) {
         std::string reason(reinterpret_cast<const char*>(in.payload().data()), in.payload().size());
+        aborted_by_peer_.store(true, std::memory_order_release);
         report_fatal(Status::peer_failed(fmt::format("node {} stopped the job: {}", in.src(), reason)));
         return Status::ok();
       },
@@ -326,6 +327,7 @@ void Comm::complete_reply(const WireHeader& h, std::span<const std::byte> payloa
                           Buffer* owned) {
   Pending p;
   bool defer = false;
+  Status misrouted;
   {
     MutexLock lock(pending_mu_);
     auto it = pending_.find(h.request_id);
@@ -335,16 +337,19 @@ void Comm::complete_reply(const WireHeader& h, std::span<const std::byte> payloa
       return;
     }
     if (it->second.dst != h.src) {
-      report_fatal(Status::malformed(
+      misrouted = Status::malformed(
           fmt::format("node {} answered request {} that was sent to node {} (type {})", h.src,
-                      h.request_id, it->second.dst, registry_.name_of(h.type))));
-      return;
+                      h.request_id, it->second.dst, registry_.name_of(h.type)));
     }
-    defer = it->second.callback && !on_dispatcher();
-    if (!defer) {
+    defer = misrouted.is_ok() && it->second.callback && !on_dispatcher();
+    if (!defer && misrouted.is_ok()) {
       p = std::move(it->second);
       pending_.erase(it);
     }
+  }
+  if (!misrouted.is_ok()) {
+    report_fatal(misrouted);  // outside pending_mu_: the handler may do anything
+    return;
   }
   if (defer) {
     // Callbacks run on the dispatcher: leave the entry and hand the reply to the inbox.
@@ -424,6 +429,12 @@ void Comm::on_send_done(NodeId dst, size_t bytes) {
 void Comm::on_peer_failure(NodeId node, const Status& why) {
   if (node >= size_) return;
   if (dead_[node].exchange(true, std::memory_order_acq_rel)) return;
+  if (shutting_down_.load(std::memory_order_acquire)) {
+    // Every node has passed the shutdown barrier: connections closing now are expected.
+    LOOM_DEBUG("ignored during shutdown: {}", why.to_string());
+    fail_pending_to(node, why);
+    return;
+  }
   // note: the fatal handler first. The runtime's handler ends the process, so waiting threads
   // never see a half-failed job; handlers that return (tests) then get their requests failed.
   report_fatal(why);
@@ -468,6 +479,11 @@ void Comm::start_monitoring() {
 
 void Comm::stop_monitoring() { monitoring_.store(false, std::memory_order_release); }
 
+void Comm::begin_shutdown() {
+  stop_monitoring();
+  shutting_down_.store(true, std::memory_order_release);
+}
+
 std::vector<NodeId> Comm::heartbeat_targets() const {
   std::vector<NodeId> out;
   uint32_t k = std::min<uint32_t>(opts_.monitor_peers, size_ - 1);
@@ -483,7 +499,8 @@ std::vector<NodeId> Comm::monitored_peers() const {
 }
 
 void Comm::tick(int64_t now) {
-  (void)now;
+  (void)now;  // TODO(simulator): take time from the caller instead of the coarse clock
+  DispatchScope scope(this);  // the dispatcher's sends never wait for flow control
   if (!monitoring_.load(std::memory_order_acquire) || failed()) return;
   // why: the coarse clock is what on_arrival stamps with; comparing like with like.
   int64_t t = coarse_now_ns();
@@ -550,8 +567,8 @@ void Comm::trace(const char* dir, NodeId peer, const WireHeader& h,
   const MsgTypeInfo* info = registry_.find(h.type);
   std::string body = info != nullptr ? info->printer(payload) : hex_preview(payload);
   std::string req = h.request_id != 0 ? fmt::format(" #{}", h.request_id) : std::string();
-  LOOM_LOG(kError, "trace: {} {}: {}{}{} {}", dir, peer, registry_.name_of(h.type),
-           h.is_reply() ? " reply" : "", req, body);
+  log::write_tagged("trace", fmt::format("{} {}: {}{}{} {}", dir, peer, registry_.name_of(h.type),
+                                         h.is_reply() ? " reply" : "", req, body));
 }
 
 }  // namespace loom::comm

@@ -77,6 +77,8 @@ class Comm final : private TransportSink, public Poller {
   // Reports a fatal condition found elsewhere (e.g. the launcher said a node failed).
   void report_fatal(const Status& why);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // True if the job failed because another node sent an abort (it has told the others).
+  bool aborted_by_peer() const { return aborted_by_peer_.load(std::memory_order_acquire); }
 
   // --- Messages -----------------------------------------------------------------------------
   // One-way message to `dst` (may be this node). From an application thread this may wait for
@@ -132,6 +134,9 @@ class Comm final : private TransportSink, public Poller {
   // Starts/stops watching peers' liveness (start after connecting, stop before shutdown).
   void start_monitoring();
   void stop_monitoring();
+  // Called once every node has finished (after the first shutdown barrier): stops watching
+  // peers, and failures of connections from then on are expected, not fatal.
+  void begin_shutdown();
   // Readable when the inbox has messages for the dispatcher.
   int inbox_fd() const { return inbox_fd_; }
   bool inbox_empty() const;
@@ -201,6 +206,8 @@ class Comm final : private TransportSink, public Poller {
   std::unordered_map<RegionId, uint32_t> region_keys_ GUARDED_BY(regions_mu_);
 
   std::atomic<bool> failed_{false};
+  std::atomic<bool> aborted_by_peer_{false};
+  std::atomic<bool> shutting_down_{false};
   Mutex fatal_mu_;
   std::function<void(const Status&)> fatal_handler_ GUARDED_BY(fatal_mu_);
 };

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <cstring>
 
 #include "base/log.h"
@@ -59,8 +60,14 @@ class LoopbackFabric::Endpoint final : public Transport {
     return s;
   }
 
-  bool progress() override { return fabric_.progress(rank_); }
-  bool try_progress() override { return fabric_.progress(rank_); }
+  bool progress() override {
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    return fabric_.progress(rank_);
+  }
+  bool try_progress() override {
+    std::unique_lock<std::mutex> lock(progress_mu_, std::try_to_lock);
+    return lock.owns_lock() && fabric_.progress(rank_);
+  }
   int event_fd() const override { return efd_; }
   bool arm() override {
     uint64_t v;
@@ -83,6 +90,7 @@ class LoopbackFabric::Endpoint final : public Transport {
   TransportSink* sink_ = nullptr;
   int efd_ = -1;
   std::atomic<bool> closed_{false};
+  std::mutex progress_mu_;  // one thread progresses an endpoint at a time, as with UCX
 };
 
 LoopbackFabric::LoopbackFabric(uint32_t nodes, Options options)

@@ -69,8 +69,14 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const Options& option
   // enabled (off by default in UCX 1.13), and their keepalive checks the peer process every
   // KEEPALIVE_INTERVAL (20 s by default). Users can still override both in the environment.
   if (options.err_handling) {
-    setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
-    setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+    const char* env_tls = getenv("UCX_TLS");
+    std::string tls = !options.tls.empty() ? options.tls : env_tls != nullptr ? env_tls : "all";
+    bool shm = tls == "all" || tls.find("shm") != std::string::npos ||
+               tls.find("posix") != std::string::npos || tls.find("sysv") != std::string::npos;
+    if (shm) {  // (UCX warns about variables of transports it does not load)
+      setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+      setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+    }
     setenv("UCX_KEEPALIVE_INTERVAL", "1s", 0);
   }
   ucp_config_t* config = nullptr;
@@ -273,8 +279,7 @@ ucs_status_t UcxTransport::am_callback(void* arg, const void* header, size_t hea
   if (r == nullptr) {
     self->deliver(rec->header, rec->payload.span(), &rec->payload);
   } else if (UCS_PTR_IS_ERR(r)) {
-    LOOM_ERROR("receiving a {}-byte message failed: {}", length,
-               ucs_status_string(UCS_PTR_STATUS(r)));
+    self->receive_failed(rec->header, length, UCS_PTR_STATUS(r));
   } else {
     rec.release();  // recv_done frees it
   }
@@ -285,14 +290,26 @@ void UcxTransport::recv_done(void* request, ucs_status_t status, size_t length, 
   std::unique_ptr<RecvRecord> rec(static_cast<RecvRecord*>(user_data));
   if (status == UCS_OK && length == rec->payload.size()) {
     rec->self->deliver(rec->header, rec->payload.span(), &rec->payload);
-  } else if (!rec->self->closing_.load()) {
-    LOOM_ERROR("receiving a {}-byte message failed: {}", rec->payload.size(),
-               ucs_status_string(status));
+  } else {
+    rec->self->receive_failed(rec->header, rec->payload.size(), status);
   }
   ucp_request_free(request);
 }
 
 // --- Failures ------------------------------------------------------------------------------
+
+void UcxTransport::receive_failed(std::span<const std::byte, kWireHeaderSize> header,
+                                  size_t length, ucs_status_t status) {
+  // why: a message that cannot be received is lost, and its sender may wait for it forever;
+  // losing a message is a broken link to that node, so it is reported as the node's failure.
+  WireHeader h;
+  std::memcpy(&h, header.data(), kWireHeaderSize);
+  if (h.src >= size_ || closing_.load(std::memory_order_acquire) || sink_ == nullptr) return;
+  if (peers_[h.src]->dead.exchange(true)) return;
+  sink_->on_peer_failure(
+      h.src, Status::peer_failed(fmt::format("receiving a {}-byte message from node {} failed ({})",
+                                             length, h.src, ucs_status_string(status))));
+}
 
 void UcxTransport::ep_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
   (void)ep;

@@ -93,6 +93,8 @@ class UcxTransport final : public Transport {
   void deliver(std::span<const std::byte> header, std::span<const std::byte> payload,
                Buffer* owned);
   void peer_failed(NodeId peer, ucs_status_t status);
+  void receive_failed(std::span<const std::byte, kWireHeaderSize> header, size_t length,
+                      ucs_status_t status) NO_THREAD_SAFETY_ANALYSIS;
 
   static ucs_status_t am_callback(void* arg, const void* header, size_t header_length,
                                   void* data, size_t length, const ucp_am_recv_param_t* param);

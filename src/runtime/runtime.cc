@@ -31,6 +31,12 @@ std::unique_ptr<Runtime> Runtime::start() {
   if (!config) log::die(kExitConfig, config.status().message());
   rt->config_ = std::move(*config);
   log::set_level(parse_level(rt->config_.get_string("LOG_LEVEL")));
+  int64_t hb = rt->config_.get_int("HEARTBEAT_MS"), timeout = rt->config_.get_int("PEER_TIMEOUT_MS");
+  if (timeout < 2 * hb)
+    log::die(kExitConfig,
+             fmt::format("LOOM_PEER_TIMEOUT_MS={} must be at least twice LOOM_HEARTBEAT_MS={}, or "
+                         "healthy peers would be declared failed",
+                         timeout, hb));
 
   Result<std::unique_ptr<comm::Bootstrap>> boot = comm::make_bootstrap(rt->config_);
   if (!boot) log::die(kExitJobFailed, "cannot join the job: " + boot.status().to_string());
@@ -88,7 +94,7 @@ void Runtime::stop() {
   // note: two barriers. After the first every node has finished its work; after the second no
   // node still watches its peers, so closing connections cannot look like a failure.
   if (Status s = bootstrap_->barrier(); !s) comm_->report_fatal(s);
-  comm_->stop_monitoring();
+  comm_->begin_shutdown();
   if (Status s = bootstrap_->barrier(); !s) comm_->report_fatal(s);
   server_->stop();
   transport_->close(2000);
@@ -126,7 +132,7 @@ void Runtime::on_fatal(const Status& why) {
   std::string reason = why.message().empty() ? why.to_string() : why.message();
   LOOM_ERROR("{}", reason);
   // Tell the others, unless they told us (then they know).
-  if (reason.find("stopped the job") == std::string::npos) {
+  if (!comm_->aborted_by_peer()) {
     std::string text = fmt::format("node {}: {}", comm_->rank(), reason);
     auto bytes = std::as_bytes(std::span<const char>(text.data(), text.size()));
     for (comm::NodeId p = 0; p < comm_->size(); ++p)

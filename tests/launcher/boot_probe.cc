@@ -4,10 +4,12 @@
 //
 //   boot_probe [--rank R] [--exit CODE] [--kill SIG] [--abort REASON] [--sleep SECONDS]
 //              [--ignore-term] [--rounds K] [--extra-barriers K] [--no-bye] [--bad-token]
-//              [--stats] [--skip-stats-rank R] [--wait-file PATH]
+//              [--stats] [--skip-stats-rank R] [--wait-file PATH] [--others-delay SECONDS]
+//              [--out-dir DIR]
 //
 // --rank R limits --exit/--kill/--abort/--sleep/--rounds/--extra-barriers/--no-bye/--bad-token to
-// node R (default: every node). Output (line-buffered stdout):
+// node R (default: every node); --others-delay makes the other nodes wait before their first
+// collective. --out-dir writes stdout to DIR/out.<rank> instead. Output (line-buffered stdout):
 //   "rank R size N pid P", "token T", "rank R allgather ok"; failures as "rank R: <what>: <status>"
 // and exit status 1.
 #include <poll.h>
@@ -38,6 +40,8 @@ struct Args {
   bool ignore_term = false;
   int rounds = 1;
   int extra_barriers = 0;
+  double others_delay_s = 0;
+  std::string out_dir;
   bool no_bye = false;
   bool bad_token = false;
   bool stats = false;
@@ -66,6 +70,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--ignore-term") a.ignore_term = true;
     else if (k == "--rounds") a.rounds = std::stoi(val());
     else if (k == "--extra-barriers") a.extra_barriers = std::stoi(val());
+    else if (k == "--others-delay") a.others_delay_s = std::stod(val());
+    else if (k == "--out-dir") a.out_dir = val();
     else if (k == "--no-bye") a.no_bye = true;
     else if (k == "--bad-token") a.bad_token = true;
     else if (k == "--stats") a.stats = true;
@@ -85,8 +91,15 @@ void sleep_for(double s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   Args args = parse(argc, argv);
+  if (!args.out_dir.empty()) {
+    // For tests that kill the launcher, whose output forwarding dies with it.
+    const char* r = std::getenv("PMIX_RANK");
+    if (r == nullptr) r = std::getenv("LOOM_RANK");
+    std::string path = args.out_dir + "/out." + (r != nullptr ? r : "x");
+    if (std::freopen(path.c_str(), "w", stdout) == nullptr) return 2;
+  }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (args.ignore_term) ::signal(SIGTERM, SIG_IGN);
 
   auto config = loom::Config::from_env();
@@ -142,6 +155,7 @@ int main(int argc, char** argv) {
     std::_Exit(1);
   }
 
+  if (!me && args.others_delay_s > 0) sleep_for(args.others_delay_s);
   int rounds = me ? args.rounds : 1;
   for (int k = 0; k < rounds; ++k) {
     auto all = b.allgather(std::to_string(rank) + ":" + std::to_string(k));

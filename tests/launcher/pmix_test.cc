@@ -1,9 +1,15 @@
 // The PMIx bootstrap for real, under Open MPI's mpirun (skipped when mpirun is not installed).
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <regex>
 #include <set>
+#include <sstream>
+#include <thread>
 
 #include "subprocess.h"
 
@@ -64,16 +70,44 @@ TEST_F(PmixTest, DeadRankDoesNotLeaveOthersHanging) {
   EXPECT_LT(r.seconds, 30);
 }
 
-// With --enable-recovery mpirun lets the survivors run: their fence must fail with a Status.
-TEST_F(PmixTest, DeadRankMakesTheFenceFailWithAStatus) {
-  auto r = mpirun({"--enable-recovery", "-n", "3", kProbe, "--rank", "1", "--kill", "9"}, 60);
-  EXPECT_FALSE(r.timed_out) << r.out << r.err;
-  EXPECT_LT(r.seconds, 30);
-  for (int rank : {0, 2})
-    EXPECT_NE(r.out.find("rank " + std::to_string(rank) + ": allgather: peer failed: PMIx_Fence "
-                                                            "failed"),
-              std::string::npos)
-        << r.out << r.err;
+// The PMIx server (mpirun) dies while node 0 waits in a fence and node 1 computes: the fence
+// returns an error Status, and node 1's server thread hears of it through event_fd().
+// note: Loom does not test mpirun --enable-recovery here. With it, Open MPI 4.1.4's mpirun fails
+// to deliver the process-death event ("PMIX ERROR: BAD-PARAM in pmix_event_notification.c") and a
+// fence the dead process was part of sometimes never completes (see docs/launcher.md).
+TEST_F(PmixTest, LostServerFailsTheFenceAndRaisesAnEvent) {
+  ScratchDir out;
+  Subprocess p({mpirun_, "--allow-run-as-root", "--oversubscribe", "-n", "2", kProbe, "--rank",
+                "0", "--others-delay", "30", "--out-dir", out.path()},
+               {"TMPDIR=" + tmp_.path()});
+  auto read = [&](int rank) {
+    std::ifstream in(out.path() + "/out." + std::to_string(rank));
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  };
+  auto wait_for = [&](int rank, const std::string& text) {
+    for (int i = 0; i < 1000; ++i) {
+      if (read(rank).find(text) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  ASSERT_TRUE(wait_for(0, "rank 0 size 2") && wait_for(1, "rank 1 size 2"))
+      << read(0) << read(1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // node 0 enters the fence
+  p.signal(SIGKILL);
+  RunResult r = p.wait(10);
+  bool fence_failed = wait_for(0, "rank 0: allgather: peer failed: PMIx_Fence failed");
+  bool event = wait_for(1, "rank 1: event: peer failed: lost connection to the PMIx server");
+  // Clean up whatever survived, whatever the outcome.
+  for (int rank : {0, 1}) {
+    std::smatch m;
+    std::string text = read(rank);
+    if (std::regex_search(text, m, std::regex("pid (\\d+)"))) ::kill(std::stoi(m[1]), SIGKILL);
+  }
+  EXPECT_TRUE(fence_failed) << read(0);
+  EXPECT_TRUE(event) << read(1);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -381,6 +382,83 @@ TEST(CommLoopback, ManyOneWayMessagesAllArrive) {
   for (int i = 0; i < 1000; ++i) ASSERT_TRUE(cl.comms[0]->send(1, kNote, bytes_of("m")).is_ok());
   cl.pump();
   EXPECT_EQ(got.load(), 1000);
+}
+
+}  // namespace
+}  // namespace loom::comm
+
+namespace loom::comm {
+namespace {
+
+// A transport whose sends never finish locally (a receiver that stopped draining).
+class StalledSends final : public Transport, private TransportSink {
+ public:
+  explicit StalledSends(Transport& inner) : inner_(inner) { inner_.set_sink(this); }
+  NodeId rank() const override { return inner_.rank(); }
+  uint32_t size() const override { return inner_.size(); }
+  std::string_view name() const override { return "stalled"; }
+  void set_sink(TransportSink* sink) override { sink_ = sink; }
+  Status send(NodeId dst, std::span<const std::byte, kWireHeaderSize> h,
+              std::span<const std::byte> p) override {
+    return inner_.send(dst, h, p);
+  }
+  Status send(NodeId dst, std::span<const std::byte, kWireHeaderSize> h, Buffer&& p) override {
+    return inner_.send(dst, h, std::move(p));
+  }
+  Result<std::string> map_region(RegionId id, void* base, size_t len) override {
+    return inner_.map_region(id, base, len);
+  }
+  Status add_remote_region(NodeId peer, RegionId id, uint64_t b, size_t len,
+                           std::span<const std::byte> key) override {
+    return inner_.add_remote_region(peer, id, b, len, key);
+  }
+  Status put(NodeId peer, RegionId id, uint64_t off, const void* src, size_t len,
+             OpCallback* done) override {
+    return inner_.put(peer, id, off, src, len, done);
+  }
+  Status get(NodeId peer, RegionId id, uint64_t off, void* dst, size_t len,
+             OpCallback* done) override {
+    return inner_.get(peer, id, off, dst, len, done);
+  }
+  bool progress() override { return inner_.progress(); }
+  bool try_progress() override { return inner_.try_progress(); }
+  int event_fd() const override { return inner_.event_fd(); }
+  bool arm() override { return inner_.arm(); }
+  void close(int t) override { inner_.close(t); }
+
+ private:
+  void on_arrival(Arrival& a) override { sink_->on_arrival(a); }
+  void on_send_done(NodeId, size_t) override {}  // swallowed: credit never comes back
+  void on_peer_failure(NodeId n, const Status& s) override { sink_->on_peer_failure(n, s); }
+  Transport& inner_;
+  TransportSink* sink_ = nullptr;
+};
+
+TEST(CommFlowControl, ApplicationSendWaitsButHeartbeatNeverDoes) {
+  LoopbackFabric fabric(2);
+  StalledSends stalled(fabric.endpoint(0));
+  CommOptions o;
+  o.max_inflight = 2;
+  o.heartbeat_ns = 1;  // every tick sends a heartbeat
+  Comm c0(stalled, o);
+  Comm c1(fabric.endpoint(1), o);
+  c0.set_fatal_handler([](const Status&) {});
+  c0.start_monitoring();
+  ASSERT_TRUE(c0.send(1, sys_msg::kHeartbeat, kNothing).is_ok());
+  ASSERT_TRUE(c0.send(1, sys_msg::kHeartbeat, kNothing).is_ok());  // the window is now full
+
+  // The server thread's tick must not wait for credit (it would stop serving everyone).
+  auto tick = std::async(std::launch::async, [&] { c0.tick(now_ns()); });
+  bool tick_returned = tick.wait_for(std::chrono::seconds(2)) == std::future_status::ready;
+  // An application thread's send does wait, until the peer fails.
+  auto app = std::async(std::launch::async, [&] { return c0.send(1, kNote, kNothing); });
+  bool app_waited = app.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout;
+  fabric.kill(1);  // unblocks whatever still waits
+  c0.poll();
+  tick.wait();
+  EXPECT_TRUE(tick_returned) << "the heartbeat waited for flow-control credit";
+  EXPECT_TRUE(app_waited) << "an application send did not wait with a full window";
+  EXPECT_EQ(app.get().code(), StatusCode::kPeerFailed);
 }
 
 }  // namespace

@@ -54,6 +54,20 @@ void on_pmix_event(size_t /*id*/, pmix_status_t status, const pmix_proc_t* sourc
   if (cbfunc != nullptr) cbfunc(PMIX_SUCCESS, nullptr, 0, nullptr, nullptr, cbdata);
 }
 
+// PMIx_Get of data that a fence with PMIX_COLLECT_DATA has made local. PMIX_OPTIONAL: look only
+// in the local store, never ask the server. why: with mpirun --enable-recovery a fence succeeds
+// among the survivors when a process died before entering it; asking the server for the dead
+// process's data would then wait for it until a timeout instead of failing at once.
+pmix_status_t get_local(const pmix_proc_t& proc, const char* key, pmix_value_t** val) {
+  pmix_info_t info;
+  PMIX_INFO_CONSTRUCT(&info);
+  bool yes = true;
+  PMIx_Info_load(&info, PMIX_OPTIONAL, &yes, PMIX_BOOL);
+  pmix_status_t rc = PMIx_Get(&proc, key, &info, 1, val);
+  PMIX_INFO_DESTRUCT(&info);
+  return rc;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<PmixBootstrap>> PmixBootstrap::init() {
@@ -125,7 +139,7 @@ Result<std::unique_ptr<PmixBootstrap>> PmixBootstrap::init() {
     pmix_proc_t root;
     PMIX_LOAD_PROCID(&root, me.nspace, 0);
     val = nullptr;
-    rc = PMIx_Get(&root, kTokenKey, nullptr, 0, &val);
+    rc = get_local(root, kTokenKey, &val);
     if (rc != PMIX_SUCCESS || val == nullptr || val->type != PMIX_STRING ||
         val->data.string == nullptr) {
       if (val != nullptr) PMIX_VALUE_RELEASE(val);
@@ -185,17 +199,13 @@ Status PmixBootstrap::fence(bool collect) {
 Result<std::string> PmixBootstrap::get_blob(uint32_t rank, const std::string& key) {
   pmix_proc_t proc;
   PMIX_LOAD_PROCID(&proc, me_.nspace, rank);
-  pmix_info_t info;
-  PMIX_INFO_CONSTRUCT(&info);
-  int timeout = kGetTimeoutS;
-  PMIx_Info_load(&info, PMIX_TIMEOUT, &timeout, PMIX_INT);
   pmix_value_t* val = nullptr;
-  pmix_status_t rc = PMIx_Get(&proc, key.c_str(), &info, 1, &val);
-  PMIX_INFO_DESTRUCT(&info);
+  pmix_status_t rc = get_local(proc, key.c_str(), &val);
   if (rc != PMIX_SUCCESS || val == nullptr) {
     if (val != nullptr) PMIX_VALUE_RELEASE(val);
-    return Status::peer_failed(
-        fmt::format("PMIx_Get({}) from node {} failed: {}", key, rank, pmix_error(rc)));
+    return Status::peer_failed(fmt::format(
+        "node {} did not contribute to {} (PMIx_Get: {}); it has probably died", rank, key,
+        pmix_error(rc)));
   }
   if (val->type != PMIX_BYTE_OBJECT || val->data.bo.size == 0) {
     PMIX_VALUE_RELEASE(val);

@@ -10,6 +10,9 @@
 //              died, UNREACHABLE when the server is gone) as Status::peer_failed. PMIx events
 //              about dead processes or a lost server are filed by a PMIx event handler and
 //              reported by handle_event(); event_fd() is an eventfd signalled by that handler.
+//              Gets after a fence read only the local store, so a process that died before the
+//              fence (which mpirun --enable-recovery then completes without it) fails the
+//              collective at once instead of waiting for its data.
 //              Note that mpirun/srun normally kill the whole job themselves when one process dies.
 //   abort_job  PMIx_Abort: the resource manager terminates the job, this process included.
 //
@@ -32,10 +35,6 @@ namespace loom::comm::internal {
 
 class PmixBootstrap final : public Bootstrap {
  public:
-  // Seconds a PMIx_Get of another rank's data may take before it fails (the data is local after
-  // the fence, so this only bounds a broken server).
-  static constexpr int kGetTimeoutS = 60;
-
   // PMIx_Init, job size, token exchange (one fence).
   static Result<std::unique_ptr<PmixBootstrap>> init();
   // Deregisters the event handler and calls PMIx_Finalize.

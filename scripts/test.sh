@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Quick start, step 2: build and run all tests.
+#
+#   scripts/test.sh            release build + every test (unit, launcher, multi-process), then
+#                              the same suite under ASan+UBSan and ThreadSanitizer, and the clang
+#                              -Wthread-safety build
+#   scripts/test.sh --quick    release build + every test only
+set -uo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+[[ ${1:-} == --quick ]] && quick=1
+status=0
+step() { echo; echo "== $*"; }
+
+step "layering check (docs/architecture.md)"
+scripts/check-layers.sh || status=1
+
+step "release build and tests"
+cmake --preset release >/dev/null && cmake --build --preset release || exit 1
+ctest --preset release -j2 || status=1
+
+if ((quick == 0)); then
+  step "clang -Wthread-safety build"
+  cmake --preset clang-tsa >/dev/null && cmake --build --preset clang-tsa || status=1
+
+  step "ASan+UBSan build and tests"
+  cmake --preset asan >/dev/null && cmake --build --preset asan || exit 1
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
+    ctest --preset asan -j2 -LE bench || status=1
+
+  step "ThreadSanitizer build and tests"
+  cmake --preset tsan >/dev/null && cmake --build --preset tsan || exit 1
+  TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" ctest --preset tsan -j2 || status=1
+fi
+if ((status == 0)); then echo; echo "== all tests passed"; else echo; echo "== SOME TESTS FAILED"; fi
+exit $status
