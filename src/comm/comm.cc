@@ -225,12 +225,12 @@ Status Comm::send(NodeId dst, MsgType type, Buffer&& payload) {
   return send_raw(dst, make_header(type, static_cast<uint32_t>(b.size()), 0, 0), b.span(), &b);
 }
 
-Status Comm::start_request(NodeId dst, MsgType type, std::span<const std::byte> payload,
-                           Request* req) {
+Status Comm::start_pending(NodeId dst, MsgType type, std::span<const std::byte> payload,
+                           Pending pending) {
   uint64_t id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
   {
     MutexLock lock(pending_mu_);
-    pending_.emplace(id, Pending{dst, req, {}});
+    pending_.emplace(id, std::move(pending));
   }
   Status s = send_raw(dst, make_header(type, static_cast<uint32_t>(payload.size()), 0, id),
                       payload, nullptr);
@@ -242,19 +242,13 @@ Status Comm::start_request(NodeId dst, MsgType type, std::span<const std::byte> 
 }
 
 Status Comm::start_request(NodeId dst, MsgType type, std::span<const std::byte> payload,
+                           Request* req) {
+  return start_pending(dst, type, payload, Pending{dst, req, {}});
+}
+
+Status Comm::start_request(NodeId dst, MsgType type, std::span<const std::byte> payload,
                            std::function<void(Status, Buffer)> on_reply) {
-  uint64_t id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
-  {
-    MutexLock lock(pending_mu_);
-    pending_.emplace(id, Pending{dst, nullptr, std::move(on_reply)});
-  }
-  Status s = send_raw(dst, make_header(type, static_cast<uint32_t>(payload.size()), 0, id),
-                      payload, nullptr);
-  if (!s) {
-    MutexLock lock(pending_mu_);
-    pending_.erase(id);
-  }
-  return s;
+  return start_pending(dst, type, payload, Pending{dst, nullptr, std::move(on_reply)});
 }
 
 Result<Buffer> Comm::call(NodeId dst, MsgType type, std::span<const std::byte> payload) {

@@ -165,6 +165,8 @@ class Comm final : private TransportSink, public Poller {
   void on_peer_failure(NodeId node, const Status& why) override;
 
   Status check_dst(NodeId dst) const;
+  Status start_pending(NodeId dst, MsgType type, std::span<const std::byte> payload,
+                       Pending pending);
   WireHeader make_header(MsgType type, uint32_t len, uint16_t flags, uint64_t request_id) const;
   Status send_raw(NodeId dst, const WireHeader& h, std::span<const std::byte> payload,
                   Buffer* owned);
