@@ -105,8 +105,9 @@ TEST_F(LoomrunTest, TagOutputPrefixesEveryLineAndFlushesPartialLines) {
 
 TEST_F(LoomrunTest, ConfigFlagsAndStatsBecomeEnvironment) {
   auto r = loomrun({"-n", "1", "--spin-us", "7", "--trace", "yes", "--max-inflight-bytes", "64K",
-                    "--stats", "sh", "-c", "echo $LOOM_SPIN_US $LOOM_TRACE $LOOM_MAX_INFLIGHT_BYTES "
-                                          "$LOOM_STATS"});
+                    "--stats", "sh", "-c",
+                    "echo $LOOM_SPIN_US $LOOM_TRACE $LOOM_MAX_INFLIGHT_BYTES "
+                    "$LOOM_STATS"});
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "7 1 65536 1\n");
 }
@@ -139,9 +140,9 @@ TEST_F(LoomrunTest, AbortStopsTheJob) {
   auto r = loomrun({"-n", "3", kProbe, "--rank", "1", "--abort", "disk full"}, {}, 20);
   EXPECT_EQ(r.status, 1) << r.err;
   pid_t pid = probe_pid(r.out, 1);
-  EXPECT_NE(r.err.find("loomrun: node 1 (pid " + std::to_string(pid) +
-                       ") aborted the job: disk full"),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("loomrun: node 1 (pid " + std::to_string(pid) + ") aborted the job: disk full"),
+      std::string::npos)
       << r.err;
   EXPECT_EQ(count(r.out, "peer failed: node 1 aborted the job: disk full"), 2) << r.out;
 }
@@ -194,11 +195,21 @@ TEST_F(LoomrunTest, SigtermStopsNodesAndLoomrunExitsNonZero) {
   EXPECT_NE(::kill(n1, 0), 0);
 }
 
-TEST_F(LoomrunTest, UnknownFlag) { expect_one_line(loomrun({"--bogus", "-n", "2", "true"}), "loomrun: unknown option '--bogus'"); }
-TEST_F(LoomrunTest, ZeroNodes) { expect_one_line(loomrun({"-n", "0", "true"}), "loomrun: -n 0: expected"); }
-TEST_F(LoomrunTest, NonNumericNodes) { expect_one_line(loomrun({"-n", "abc", "true"}), "loomrun: -n abc: expected"); }
-TEST_F(LoomrunTest, TooManyNodes) { expect_one_line(loomrun({"-n", "1025", "true"}), "loomrun: -n 1025: expected"); }
-TEST_F(LoomrunTest, MissingProgram) { expect_one_line(loomrun({"-n", "2"}), "loomrun: no program to run"); }
+TEST_F(LoomrunTest, UnknownFlag) {
+  expect_one_line(loomrun({"--bogus", "-n", "2", "true"}), "loomrun: unknown option '--bogus'");
+}
+TEST_F(LoomrunTest, ZeroNodes) {
+  expect_one_line(loomrun({"-n", "0", "true"}), "loomrun: -n 0: expected");
+}
+TEST_F(LoomrunTest, NonNumericNodes) {
+  expect_one_line(loomrun({"-n", "abc", "true"}), "loomrun: -n abc: expected");
+}
+TEST_F(LoomrunTest, TooManyNodes) {
+  expect_one_line(loomrun({"-n", "1025", "true"}), "loomrun: -n 1025: expected");
+}
+TEST_F(LoomrunTest, MissingProgram) {
+  expect_one_line(loomrun({"-n", "2"}), "loomrun: no program to run");
+}
 TEST_F(LoomrunTest, MissingNodeCount) { expect_one_line(loomrun({"true"}), "loomrun: missing -n"); }
 
 TEST_F(LoomrunTest, NonexistentProgram) {
@@ -226,8 +237,8 @@ TEST_F(LoomrunTest, MalformedEnvironmentValue) {
   auto r = loomrun({"-n", "2", "true"}, {"LOOM_MAX_INFLIGHT_BYTES=abc"});
   expect_one_line(r, "loomrun: LOOM_MAX_INFLIGHT_BYTES=abc: expected a size like 64K or 32M");
   // A flag overrides (and so excuses) the environment.
-  auto fixed = loomrun({"-n", "1", "--max-inflight-bytes", "1M", "true"},
-                       {"LOOM_MAX_INFLIGHT_BYTES=abc"});
+  auto fixed =
+      loomrun({"-n", "1", "--max-inflight-bytes", "1M", "true"}, {"LOOM_MAX_INFLIGHT_BYTES=abc"});
   EXPECT_EQ(fixed.status, 0) << fixed.err;
 }
 
@@ -293,10 +304,10 @@ bw::Frame hello(const std::string& addr, const std::string& token, uint32_t rank
 
 TEST_F(LoomrunTest, ManualConnectionsAreRefusedWithReasons) {
   std::string go = work_.path() + "/go";
-  Subprocess p({kLoomrun, "-n", "1", "sh", "-c",
-                "echo addr=$LOOM_BOOT_ADDR token=$LOOM_JOB_TOKEN; exec " + kProbe +
-                    " --wait-file " + go},
-               env());
+  Subprocess p(
+      {kLoomrun, "-n", "1", "sh", "-c",
+       "echo addr=$LOOM_BOOT_ADDR token=$LOOM_JOB_TOKEN; exec " + kProbe + " --wait-file " + go},
+      env());
   ASSERT_TRUE(p.wait_for_stdout("allgather ok", 1, 20)) << p.out();
   std::smatch m;
   std::string out = p.out();
@@ -338,8 +349,7 @@ TEST_F(LoomrunTest, StatsJsonMissingNodeFileIsNull) {
   std::string file = work_.path() + "/stats.json";
   auto r = loomrun({"-n", "3", "--stats-json", file, kProbe, "--stats", "--skip-stats-rank", "1"});
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.err.find("loomrun: warning: node 1 wrote no statistics"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("loomrun: warning: node 1 wrote no statistics"), std::string::npos) << r.err;
   std::ifstream in(file);
   auto j = nlohmann::json::parse(in);
   ASSERT_EQ(j["nodes"].size(), 3u);

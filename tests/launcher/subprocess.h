@@ -15,7 +15,7 @@
 namespace loom::testing {
 
 struct RunResult {
-  int status = -1;        // exit code, or 128 + signal
+  int status = -1;         // exit code, or 128 + signal
   bool timed_out = false;  // killed by us after the time limit
   std::string out;
   std::string err;

@@ -71,7 +71,7 @@ void Broker::accept_all() {
         warn(fmt::format("accept on the bootstrap socket: {}", std::strerror(errno)));
       return;
     }
-    if (pending_ >= kMaxPending) {
+    if (pending_ >= size_ + kMaxExtraPending) {
       if (!warned_pending_)
         warn("too many unidentified connections to the bootstrap socket; closing new ones");
       warned_pending_ = true;
@@ -121,8 +121,10 @@ void Broker::read_from(Conn* c) {
     while (!c->closed && !c->closing) {
       auto next = c->reader.next();
       if (!next) {
-        if (c->rank == kNoRank) refuse(c, "", "malformed frame: " + next.status().message());
-        else protocol_error(c, next.status().message());
+        if (c->rank == kNoRank)
+          refuse(c, "", "malformed frame: " + next.status().message());
+        else
+          protocol_error(c, next.status().message());
         return;
       }
       if (!next->has_value()) break;
@@ -138,7 +140,9 @@ void Broker::handle_frame(Conn* c, boot::Frame f) {
     return;
   }
   switch (f.kind) {
-    case boot::Kind::kAllgather: handle_allgather(c, f); return;
+    case boot::Kind::kAllgather:
+      handle_allgather(c, f);
+      return;
     case boot::Kind::kBye: {
       boot::Bye m;
       Status s = boot::decode(f, &m);
@@ -157,8 +161,8 @@ void Broker::handle_frame(Conn* c, boot::Frame f) {
       return;
     }
     default:
-      protocol_error(c, fmt::format("unexpected {} frame",
-                                    boot::kind_name(static_cast<uint16_t>(f.kind))));
+      protocol_error(
+          c, fmt::format("unexpected {} frame", boot::kind_name(static_cast<uint16_t>(f.kind))));
       return;
   }
 }
@@ -173,9 +177,9 @@ void Broker::handle_hello(Conn* c, const boot::Frame& f) {
     return refuse(c, who,
                   fmt::format("rank {} is out of range (the job has {} nodes)", m.rank, size_));
   if (by_rank_[m.rank] != nullptr)
-    return refuse(c, who,
-                  fmt::format("rank {} is already connected (pid {})", m.rank,
-                              by_rank_[m.rank]->pid));
+    return refuse(
+        c, who,
+        fmt::format("rank {} is already connected (pid {})", m.rank, by_rank_[m.rank]->pid));
   if (departed_[m.rank])
     return refuse(c, who, fmt::format("rank {} has already left the job", m.rank));
   c->rank = m.rank;
@@ -196,8 +200,8 @@ void Broker::handle_allgather(Conn* c, const boot::Frame& f) {
   if (!s) return protocol_error(c, s.message());
   uint32_t r = c->rank;
   if (m.seq != next_seq_[r])
-    return protocol_error(c, fmt::format("ALLGATHER #{} out of order (expected #{})", m.seq,
-                                         next_seq_[r]));
+    return protocol_error(
+        c, fmt::format("ALLGATHER #{} out of order (expected #{})", m.seq, next_seq_[r]));
   ++next_seq_[r];
   Round& round = rounds_[m.seq];
   if (round.blobs.empty()) round.blobs.resize(size_);
@@ -258,8 +262,8 @@ void Broker::enqueue(Conn* c, std::shared_ptr<const std::string> frame) {
 void Broker::flush(Conn* c) {
   while (!c->closed && !c->out.empty()) {
     auto& [frame, off] = c->out.front();
-    ssize_t n = ::send(c->fd.get(), frame->data() + off, frame->size() - off,
-                       MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n =
+        ::send(c->fd.get(), frame->data() + off, frame->size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n < 0) {

@@ -55,8 +55,8 @@ class BrokerListener {
 
 class Broker {
  public:
-  // Unidentified (pre-HELLO) connections beyond this are closed at once.
-  static constexpr size_t kMaxPending = 32;
+  // Unidentified (pre-HELLO) connections beyond the job size plus this are closed at once.
+  static constexpr size_t kMaxExtraPending = 32;
 
   static Result<std::unique_ptr<Broker>> listen(const std::string& path, uint32_t size,
                                                 std::string token, BrokerListener* listener);
@@ -119,7 +119,7 @@ class Broker {
   std::vector<bool> departed_;      // per rank: said BYE or exited
   std::map<uint64_t, Round> rounds_;
   std::shared_ptr<const std::string> failure_frame_;  // for nodes that connect after a failure
-  size_t pending_ = 0;  // connections without an accepted HELLO
+  size_t pending_ = 0;                                // connections without an accepted HELLO
   bool warned_pending_ = false;
 };
 

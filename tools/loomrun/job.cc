@@ -149,10 +149,14 @@ bool Job::all_done() const {
 
 int Job::exit_status() const {
   switch (stop_) {
-    case Stop::kNone: return 0;
-    case Stop::kTimeout: return 124;
-    case Stop::kSignal: return 128 + stop_signal_;
-    case Stop::kInternal: return 1;
+    case Stop::kNone:
+      return 0;
+    case Stop::kTimeout:
+      return 124;
+    case Stop::kSignal:
+      return 128 + stop_signal_;
+    case Stop::kInternal:
+      return 1;
     case Stop::kFailure: {
       if (failed_status_) return *failed_status_;
       // ABORT: the aborting node's own exit status, if it is one.
@@ -240,10 +244,14 @@ void Job::node_failed(uint32_t rank, const std::string& text, std::optional<int>
   failed_rank_ = rank;
   failed_status_ = status;
   say(text);
+  // Nodes still starting up get the notice when they connect (Broker keeps it for them); nodes
+  // that never connect are killed when the grace period ends.
   broker_->broadcast_peer_failed(rank, text);
-  // Nodes without a bootstrap connection cannot be told; the failed node itself may still run.
-  const Node* failed = rank != kNoRank ? &nodes_[rank] : nullptr;
-  signal_nodes(SIGTERM, [&](const Node& n) { return &n == failed || (!n.connected && !n.said_bye); });
+  // A failed node that still runs (broke the protocol, hung up) is of no further use.
+  if (rank != kNoRank) {
+    const Node* failed = &nodes_[rank];
+    signal_nodes(SIGTERM, [&](const Node& n) { return &n == failed; });
+  }
 }
 
 void Job::on_signals() {
@@ -279,8 +287,9 @@ void Job::reap() {
   // Of nodes that died together, the one killed by a signal is the likeliest cause (the others
   // may have failed because of it); then a non-zero exit.
   auto rank_of = [](int st) { return WIFSIGNALED(st) ? 0 : (st != 0 ? 1 : 2); };
-  std::stable_sort(exited.begin(), exited.end(),
-                   [&](const auto& a, const auto& b) { return rank_of(a.second) < rank_of(b.second); });
+  std::stable_sort(exited.begin(), exited.end(), [&](const auto& a, const auto& b) {
+    return rank_of(a.second) < rank_of(b.second);
+  });
   for (const auto& [rank, st] : exited) on_node_exit(rank, st);
 }
 
@@ -297,8 +306,9 @@ void Job::on_node_exit(uint32_t rank, int st) {
       node_failed(rank, who(rank) + " " + describe_wait_status(st), exit_status_of(st));
     else if (n.ever_connected && !n.said_bye)
       node_failed(rank,
-                  who(rank) + " exited with status 0 without saying goodbye to loomrun (its "
-                              "bootstrap connection closed without BYE)",
+                  who(rank) +
+                      " exited with status 0 without saying goodbye to loomrun (its "
+                      "bootstrap connection closed without BYE)",
                   1);
   }
   broker_->node_exited(rank);
@@ -329,9 +339,6 @@ void Job::on_abort(uint32_t rank, const std::string& reason) {
   failed_status_.reset();
   say(fmt::format("{} aborted the job: {}", who(rank), reason));
   broker_->broadcast_job_abort(rank, reason);
-  const Node* aborting = &nodes_[rank];
-  signal_nodes(SIGTERM,
-               [&](const Node& n) { return &n != aborting && !n.connected && !n.said_bye; });
 }
 
 void Job::on_disconnect(uint32_t rank, bool said_bye) {
@@ -347,8 +354,8 @@ void Job::on_protocol_error(uint32_t rank, const std::string& what) {
 
 void Job::on_collective_stuck(uint64_t seq, uint32_t rank) {
   node_failed(rank,
-              fmt::format("collective #{} cannot complete: {} left the job without joining it",
-                          seq, who(rank)),
+              fmt::format("collective #{} cannot complete: {} left the job without joining it", seq,
+                          who(rank)),
               1);
 }
 

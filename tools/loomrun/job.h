@@ -4,8 +4,10 @@
 // the nodes' output pipes, with a timeout computed from the nearest deadline. Lifecycle:
 //
 //   running   --(node fails | node sends ABORT | --timeout | signal)-->   stopping
-//   stopping: nodes get PEER_FAILED / JOB_ABORT (connected ones) or SIGTERM / the signal (others);
-//             after the kill grace the rest get SIGKILL; kReapWait later loomrun stops waiting.
+//   stopping: on a failure or ABORT the other nodes get PEER_FAILED / JOB_ABORT (nodes that
+//             connect later get it at once) and exit by themselves; on --timeout they get SIGTERM,
+//             on a signal that signal. After the kill grace the rest get SIGKILL; kReapWait later
+//             loomrun stops waiting.
 //
 // A node fails when it exits non-zero, is killed by a signal, breaks the protocol, or its
 // bootstrap connection closes without BYE (loomrun waits kDisconnectWait for its exit status, to

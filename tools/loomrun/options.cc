@@ -74,8 +74,7 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
 
   std::string nodes_text, timeout_text, grace_text;
   bool help_config = false;
-  app.add_option("-n,--np", nodes_text, "Number of nodes to start (1 to 1024)")
-      ->option_text("N");
+  app.add_option("-n,--np", nodes_text, "Number of nodes to start (1 to 1024)")->option_text("N");
   app.add_flag("--tag-output,--prefix", opts.tag_output,
                "Prefix every line a node prints with \"[rank] \"");
   app.add_option("--timeout", timeout_text,
@@ -125,7 +124,8 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
   }
 
   std::vector<std::string> rest = app.remaining();
-  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+  if (!rest.empty() && rest.front() == "--")
+    rest.erase(rest.begin());
   else if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-')
     return usage_error(fmt::format("unknown option '{}' (see loomrun --help)", rest.front()));
 

@@ -44,7 +44,8 @@ bool merge_stats(const std::string& pattern, uint32_t nodes, const std::string& 
     ok = false;
     err = errno;
   }
-  if (!ok) say(fmt::format("cannot write --stats-json file '{}': {}", out_path, std::strerror(err)));
+  if (!ok)
+    say(fmt::format("cannot write --stats-json file '{}': {}", out_path, std::strerror(err)));
   return ok;
 }
 

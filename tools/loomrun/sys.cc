@@ -81,13 +81,13 @@ Status raise_fd_limit(uint32_t nodes, ChildSetup* setup) {
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return Status::from_errno("getrlimit", errno);
   setup->nofile = lim;
   // Per node: the stdout and stderr pipes and the bootstrap socket. Plus loomrun's own, the
-  // transient pipe ends while forking, and unidentified connections (broker.h kMaxPending).
+  // transient pipe ends while forking, and stray connections (broker.h kMaxExtraPending).
   rlim_t need = 3 * rlim_t{nodes} + 64;
   if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur >= need) return Status::ok();
   if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < need)
-    return Status::resource(fmt::format(
-        "-n {} needs about {} open files but the limit is {} (raise it with ulimit -n)", nodes,
-        need, lim.rlim_max));
+    return Status::resource(
+        fmt::format("-n {} needs about {} open files but the limit is {} (raise it with ulimit -n)",
+                    nodes, need, lim.rlim_max));
   rlimit raised = lim;
   raised.rlim_cur = need;
   if (::setrlimit(RLIMIT_NOFILE, &raised) != 0) return Status::from_errno("setrlimit", errno);

@@ -70,11 +70,12 @@ class Reader {
   size_t remaining() const { return p_.size() - pos_; }
   // The status after all fields were read: short payloads and trailing bytes are malformed.
   Status done() const {
-    std::string_view what = kind_name(static_cast<uint16_t>(want_));
+    std::string what = kind_name(static_cast<uint16_t>(want_));
     if (failed_)
-      return Status::malformed(fmt::format("{} frame truncated: a field runs past its {}-byte "
-                                           "payload",
-                                           what, p_.size()));
+      return Status::malformed(
+          fmt::format("{} frame truncated: a field runs past its {}-byte "
+                      "payload",
+                      what, p_.size()));
     if (pos_ != p_.size())
       return Status::malformed(
           fmt::format("{} frame has {} unexpected trailing bytes", what, p_.size() - pos_));
@@ -112,15 +113,24 @@ Status decode_with(const Frame& f, Fn&& read_fields) {
 
 std::string kind_name(uint16_t kind) {
   switch (static_cast<Kind>(kind)) {
-    case Kind::kHello: return "HELLO";
-    case Kind::kOk: return "OK";
-    case Kind::kRefuse: return "REFUSE";
-    case Kind::kAllgather: return "ALLGATHER";
-    case Kind::kAllgatherResult: return "ALLGATHER_RESULT";
-    case Kind::kPeerFailed: return "PEER_FAILED";
-    case Kind::kJobAbort: return "JOB_ABORT";
-    case Kind::kBye: return "BYE";
-    case Kind::kAbort: return "ABORT";
+    case Kind::kHello:
+      return "HELLO";
+    case Kind::kOk:
+      return "OK";
+    case Kind::kRefuse:
+      return "REFUSE";
+    case Kind::kAllgather:
+      return "ALLGATHER";
+    case Kind::kAllgatherResult:
+      return "ALLGATHER_RESULT";
+    case Kind::kPeerFailed:
+      return "PEER_FAILED";
+    case Kind::kJobAbort:
+      return "JOB_ABORT";
+    case Kind::kBye:
+      return "BYE";
+    case Kind::kAbort:
+      return "ABORT";
   }
   return fmt::format("kind {}", kind);
 }
@@ -242,8 +252,8 @@ Status decode(const Frame& f, Refuse* m) {
 }
 
 Status decode(const Frame& f, Allgather* m) {
-  return decode_with<Allgather>(f,
-                                [&](Reader& r) { return r.get_u64(&m->seq) && r.get_bytes(&m->blob); });
+  return decode_with<Allgather>(
+      f, [&](Reader& r) { return r.get_u64(&m->seq) && r.get_bytes(&m->blob); });
 }
 
 Status decode(const Frame& f, AllgatherResult* m) {
@@ -261,13 +271,13 @@ Status decode(const Frame& f, AllgatherResult* m) {
 }
 
 Status decode(const Frame& f, PeerFailed* m) {
-  return decode_with<PeerFailed>(f,
-                                 [&](Reader& r) { return r.get_u32(&m->rank) && r.get_bytes(&m->text); });
+  return decode_with<PeerFailed>(
+      f, [&](Reader& r) { return r.get_u32(&m->rank) && r.get_bytes(&m->text); });
 }
 
 Status decode(const Frame& f, JobAbort* m) {
-  return decode_with<JobAbort>(f,
-                               [&](Reader& r) { return r.get_u32(&m->rank) && r.get_bytes(&m->reason); });
+  return decode_with<JobAbort>(
+      f, [&](Reader& r) { return r.get_u32(&m->rank) && r.get_bytes(&m->reason); });
 }
 
 Status decode(const Frame& f, Bye* m) {

@@ -52,9 +52,12 @@ bool env_set(const char* name) {
 Result<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& config) {
   std::string kind = config.get_string("BOOTSTRAP");
   if (kind == "auto") {
-    if (!config.get_string("BOOT_ADDR").empty()) kind = "loomrun";
-    else if (env_set("PMIX_RANK") || env_set("PMIX_NAMESPACE")) kind = "pmix";
-    else kind = "single";
+    if (!config.get_string("BOOT_ADDR").empty())
+      kind = "loomrun";
+    else if (env_set("PMIX_RANK") || env_set("PMIX_NAMESPACE"))
+      kind = "pmix";
+    else
+      kind = "single";
   }
   if (kind == "loomrun") return internal::make_loomrun_bootstrap(config);
   if (kind == "pmix") return internal::make_pmix_bootstrap(config);

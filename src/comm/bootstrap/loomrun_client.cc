@@ -23,7 +23,7 @@ using Clock = std::chrono::steady_clock;
 
 // Longest ABORT reason sent; loomrun prints it on one line.
 constexpr size_t kMaxReason = 4096;
-constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kReadChunk = 16 * 1024;
 
 int ms_left(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -112,12 +112,12 @@ Result<uint32_t> await_ok(int fd, NodeId rank, boot::FrameReader* reader,
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return Status::from_errno("poll", errno);
     if (r == 0)
-      return Status::timeout(
-          fmt::format("loomrun did not answer HELLO within {} s",
-                      LoomrunBootstrap::kHandshakeTimeoutMs / 1000));
+      return Status::timeout(fmt::format("loomrun did not answer HELLO within {} s",
+                                         LoomrunBootstrap::kHandshakeTimeoutMs / 1000));
     ssize_t n = ::recv(fd, buf.data(), buf.size(), 0);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (n < 0) return Status::peer_failed("lost connection to loomrun: " + std::string(strerror(errno)));
+    if (n < 0)
+      return Status::peer_failed("lost connection to loomrun: " + std::string(strerror(errno)));
     if (n == 0) return Status::peer_failed("loomrun closed the connection during HELLO");
     reader->append(std::string_view(buf.data(), static_cast<size_t>(n)));
   }
@@ -202,7 +202,7 @@ void LoomrunBootstrap::pump_locked() {
   bool eof = false;
   std::string error;
   if (reading_) {
-    char buf[4096];
+    char buf[16 * 1024];
     // Reads until the socket is empty. Everything is buffered, so a partial frame waits here for
     // its remaining bytes and the call never blocks.
     while (true) {
@@ -247,8 +247,8 @@ void LoomrunBootstrap::dispatch_locked(boot::Frame frame) {
       boot::AllgatherResult m;
       Status s = boot::decode(frame, &m);
       if (s && m.blobs.size() != size_)
-        s = Status::malformed(fmt::format("ALLGATHER_RESULT #{} has {} entries for {} nodes",
-                                          m.seq, m.blobs.size(), size_));
+        s = Status::malformed(fmt::format("ALLGATHER_RESULT #{} has {} entries for {} nodes", m.seq,
+                                          m.blobs.size(), size_));
       if (!s) {
         fail_locked(Status::malformed("from loomrun: " + s.message()));
         return;
@@ -260,14 +260,16 @@ void LoomrunBootstrap::dispatch_locked(boot::Frame frame) {
     case boot::Kind::kPeerFailed: {
       boot::PeerFailed m;
       Status s = boot::decode(frame, &m);
-      fail_locked(s ? Status::peer_failed(m.text) : Status::malformed("from loomrun: " + s.message()));
+      fail_locked(s ? Status::peer_failed(m.text)
+                    : Status::malformed("from loomrun: " + s.message()));
       return;
     }
     case boot::Kind::kJobAbort: {
       boot::JobAbort m;
       Status s = boot::decode(frame, &m);
-      fail_locked(s ? Status::peer_failed(fmt::format("node {} aborted the job: {}", m.rank, m.reason))
-                    : Status::malformed("from loomrun: " + s.message()));
+      fail_locked(
+          s ? Status::peer_failed(fmt::format("node {} aborted the job: {}", m.rank, m.reason))
+            : Status::malformed("from loomrun: " + s.message()));
       return;
     }
     default:
@@ -368,10 +370,11 @@ Result<std::unique_ptr<Bootstrap>> make_loomrun_bootstrap(const Config& config) 
         "LOOM_BOOTSTRAP=loomrun but LOOM_BOOT_ADDR is not set: start the program with loomrun");
   int64_t rank = config.get_int("RANK");
   if (rank < 0)
-    return Status::invalid_argument("LOOM_BOOT_ADDR is set but LOOM_RANK is not: start the "
-                                    "program with loomrun");
-  auto b = LoomrunBootstrap::connect(addr, config.get_string("JOB_TOKEN"),
-                                     static_cast<NodeId>(rank));
+    return Status::invalid_argument(
+        "LOOM_BOOT_ADDR is set but LOOM_RANK is not: start the "
+        "program with loomrun");
+  auto b =
+      LoomrunBootstrap::connect(addr, config.get_string("JOB_TOKEN"), static_cast<NodeId>(rank));
   if (!b) return b.status();
   return std::unique_ptr<Bootstrap>(std::move(*b));
 }

@@ -41,8 +41,7 @@ class LoomrunBootstrap final : public Bootstrap {
   // Connects and completes the HELLO handshake. Fails with Status::refused naming loomrun's
   // reason (wrong token, rank out of range or taken), or an I/O / timeout error naming `addr`.
   static Result<std::unique_ptr<LoomrunBootstrap>> connect(const std::string& addr,
-                                                           const std::string& token,
-                                                           NodeId rank);
+                                                           const std::string& token, NodeId rank);
   ~LoomrunBootstrap() override;
 
   LoomrunBootstrap(const LoomrunBootstrap&) = delete;

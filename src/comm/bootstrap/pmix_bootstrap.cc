@@ -22,15 +22,14 @@ PmixBootstrap* g_active GUARDED_BY(g_active_mu) = nullptr;
 std::string pmix_error(pmix_status_t rc) { return PMIx_Error_string(rc); }
 
 // Failure events worth stopping the job for. Normal terminations (PMIX_EVENT_JOB_END) are not.
-pmix_status_t kFailureEvents[] = {PMIX_ERR_LOST_CONNECTION, PMIX_ERR_UNREACH,
-                                  PMIX_ERR_PROC_ABORTED,    PMIX_ERR_PROC_ABORTING,
+pmix_status_t kFailureEvents[] = {PMIX_ERR_LOST_CONNECTION,   PMIX_ERR_UNREACH,
+                                  PMIX_ERR_PROC_ABORTED,      PMIX_ERR_PROC_ABORTING,
                                   PMIX_ERR_PROC_TERM_WO_SYNC, PMIX_EVENT_NODE_DOWN};
 
 // Runs on PMIx's progress thread.
 void on_pmix_event(size_t /*id*/, pmix_status_t status, const pmix_proc_t* source,
-                   pmix_info_t info[], size_t ninfo, pmix_info_t* /*results*/,
-                   size_t /*nresults*/, pmix_event_notification_cbfunc_fn_t cbfunc,
-                   void* cbdata) {
+                   pmix_info_t info[], size_t ninfo, pmix_info_t* /*results*/, size_t /*nresults*/,
+                   pmix_event_notification_cbfunc_fn_t cbfunc, void* cbdata) {
   std::string text;
   if (status == PMIX_ERR_LOST_CONNECTION || status == PMIX_ERR_UNREACH) {
     text = "lost connection to the PMIx server (mpirun/srun): " + pmix_error(status);
@@ -74,9 +73,10 @@ Result<std::unique_ptr<PmixBootstrap>> PmixBootstrap::init() {
   pmix_proc_t me;
   pmix_status_t rc = PMIx_Init(&me, nullptr, 0);
   if (rc != PMIX_SUCCESS)
-    return Status::io(fmt::format("PMIx_Init failed: {} (is this process started by mpirun or "
-                                  "srun --mpi=pmix?)",
-                                  pmix_error(rc)));
+    return Status::io(
+        fmt::format("PMIx_Init failed: {} (is this process started by mpirun or "
+                    "srun --mpi=pmix?)",
+                    pmix_error(rc)));
   int efd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (efd < 0) {
     int err = errno;
@@ -96,9 +96,10 @@ Result<std::unique_ptr<PmixBootstrap>> PmixBootstrap::init() {
                                    on_pmix_event, nullptr, nullptr);
   // note: without a callback the call blocks and returns the handler's id, or an error (< 0).
   if (rc < 0)
-    LOOM_WARN("PMIx_Register_event_handler failed: {}; process failures are detected only by "
-              "failing fences",
-              pmix_error(rc));
+    LOOM_WARN(
+        "PMIx_Register_event_handler failed: {}; process failures are detected only by "
+        "failing fences",
+        pmix_error(rc));
   else
     b->handler_id_ = static_cast<size_t>(rc);
 
@@ -109,11 +110,20 @@ Result<std::unique_ptr<PmixBootstrap>> PmixBootstrap::init() {
   if (rc != PMIX_SUCCESS || val == nullptr)
     return Status::io(fmt::format("PMIx_Get({}) failed: {}", PMIX_JOB_SIZE, pmix_error(rc)));
   switch (val->type) {
-    case PMIX_UINT32: b->size_ = val->data.uint32; break;
-    case PMIX_UINT64: b->size_ = static_cast<uint32_t>(val->data.uint64); break;
-    case PMIX_SIZE: b->size_ = static_cast<uint32_t>(val->data.size); break;
-    case PMIX_INT: b->size_ = static_cast<uint32_t>(val->data.integer); break;
-    default: break;
+    case PMIX_UINT32:
+      b->size_ = val->data.uint32;
+      break;
+    case PMIX_UINT64:
+      b->size_ = static_cast<uint32_t>(val->data.uint64);
+      break;
+    case PMIX_SIZE:
+      b->size_ = static_cast<uint32_t>(val->data.size);
+      break;
+    case PMIX_INT:
+      b->size_ = static_cast<uint32_t>(val->data.integer);
+      break;
+    default:
+      break;
   }
   PMIX_VALUE_RELEASE(val);
   if (b->size_ == 0 || me.rank >= b->size_)
@@ -189,9 +199,9 @@ Status PmixBootstrap::fence(bool collect) {
   pmix_status_t rc = PMIx_Fence(nullptr, 0, collect ? &info : nullptr, collect ? 1 : 0);
   PMIX_INFO_DESTRUCT(&info);
   if (rc == PMIX_SUCCESS) return Status::ok();
-  Status s = Status::peer_failed(fmt::format(
-      "PMIx_Fence failed: {} (a process of the job died or the PMIx server is gone)",
-      pmix_error(rc)));
+  Status s = Status::peer_failed(
+      fmt::format("PMIx_Fence failed: {} (a process of the job died or the PMIx server is gone)",
+                  pmix_error(rc)));
   on_failure(s);
   return s;
 }
@@ -203,9 +213,9 @@ Result<std::string> PmixBootstrap::get_blob(uint32_t rank, const std::string& ke
   pmix_status_t rc = get_local(proc, key.c_str(), &val);
   if (rc != PMIX_SUCCESS || val == nullptr) {
     if (val != nullptr) PMIX_VALUE_RELEASE(val);
-    return Status::peer_failed(fmt::format(
-        "node {} did not contribute to {} (PMIx_Get: {}); it has probably died", rank, key,
-        pmix_error(rc)));
+    return Status::peer_failed(
+        fmt::format("node {} did not contribute to {} (PMIx_Get: {}); it has probably died", rank,
+                    key, pmix_error(rc)));
   }
   if (val->type != PMIX_BYTE_OBJECT || val->data.bo.size == 0) {
     PMIX_VALUE_RELEASE(val);
@@ -233,7 +243,8 @@ Result<std::vector<std::string>> PmixBootstrap::allgather(std::string_view mine)
   v.data.bo.bytes = data.data();
   v.data.bo.size = data.size();
   pmix_status_t rc = PMIx_Put(PMIX_GLOBAL, key.c_str(), &v);
-  if (rc != PMIX_SUCCESS) return Status::io(fmt::format("PMIx_Put({}) failed: {}", key, pmix_error(rc)));
+  if (rc != PMIX_SUCCESS)
+    return Status::io(fmt::format("PMIx_Put({}) failed: {}", key, pmix_error(rc)));
   rc = PMIx_Commit();
   if (rc != PMIX_SUCCESS) return Status::io("PMIx_Commit failed: " + pmix_error(rc));
   Status s = fence(/*collect=*/true);
