@@ -76,13 +76,9 @@ Comm::Comm(Transport& transport, CommOptions options)
       opts_(options),
       rank_(transport.rank()),
       size_(transport.size()),
-      inflight_msgs_(new std::atomic<uint32_t>[size_]),
-      inflight_bytes_(new std::atomic<uint64_t>[size_]),
       last_heard_ns_(new std::atomic<int64_t>[size_]),
       dead_(new std::atomic<bool>[size_]) {
   for (uint32_t i = 0; i < size_; ++i) {
-    inflight_msgs_[i] = 0;
-    inflight_bytes_[i] = 0;
     last_heard_ns_[i] = 0;
     dead_[i] = false;
   }
@@ -183,9 +179,11 @@ void Comm::wait_for_credit(NodeId dst, size_t bytes) {
   // bounded by the protocols (a reply per request).
   if (on_dispatcher()) return;
   for (unsigned n = 0;; ++n) {
-    uint32_t m = inflight_msgs_[dst].load(std::memory_order_acquire);
-    uint64_t b = inflight_bytes_[dst].load(std::memory_order_acquire);
-    if ((m < opts_.max_inflight && b + bytes <= opts_.max_inflight_bytes) || m == 0) return;
+    SendBacklog q = transport_.backlog(dst);
+    if ((q.msgs < int64_t{opts_.max_inflight} &&
+         q.bytes + static_cast<int64_t>(bytes) <= static_cast<int64_t>(opts_.max_inflight_bytes)) ||
+        q.msgs <= 0)
+      return;
     if (dead_[dst].load(std::memory_order_acquire) || failed()) return;
     if (!poll_for_waiter() && n > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
@@ -201,16 +199,10 @@ Status Comm::send_raw(NodeId dst, const WireHeader& h, std::span<const std::byte
   if (opts_.trace) trace("send to", dst, h, payload);
   std::array<std::byte, kWireHeaderSize> hb;
   encode_header(h, hb);
-  inflight_msgs_[dst].fetch_add(1, std::memory_order_relaxed);
-  inflight_bytes_[dst].fetch_add(payload.size(), std::memory_order_relaxed);
   size_t len = payload.size();
   Status s = owned != nullptr ? transport_.send(dst, hb, std::move(*owned))
                               : transport_.send(dst, hb, payload);
-  if (!s) {
-    inflight_msgs_[dst].fetch_sub(1, std::memory_order_relaxed);
-    inflight_bytes_[dst].fetch_sub(len, std::memory_order_relaxed);
-    return s;
-  }
+  if (!s) return s;
   counters_.add_sent(h.type, len);
   return Status::ok();
 }
@@ -227,10 +219,10 @@ Status Comm::send(NodeId dst, MsgType type, Buffer&& payload) {
 
 Status Comm::start_pending(NodeId dst, MsgType type, std::span<const std::byte> payload,
                            Pending pending) {
-  uint64_t id = next_request_id_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t id;
   {
     MutexLock lock(pending_mu_);
-    pending_.emplace(id, std::move(pending));
+    id = pending_.insert(std::move(pending));
   }
   Status s = send_raw(dst, make_header(type, static_cast<uint32_t>(payload.size()), 0, id),
                       payload, nullptr);
@@ -324,21 +316,20 @@ void Comm::complete_reply(const WireHeader& h, std::span<const std::byte> payloa
   Status misrouted;
   {
     MutexLock lock(pending_mu_);
-    auto it = pending_.find(h.request_id);
-    if (it == pending_.end()) {
+    Pending* it = pending_.find(h.request_id);
+    if (it == nullptr) {
       LOOM_WARN("dropped a reply ({}) from node {} to unknown request {}",
                 registry_.name_of(h.type), h.src, h.request_id);
       return;
     }
-    if (it->second.dst != h.src) {
+    if (it->dst != h.src) {
       misrouted = Status::malformed(
           fmt::format("node {} answered request {} that was sent to node {} (type {})", h.src,
-                      h.request_id, it->second.dst, registry_.name_of(h.type)));
+                      h.request_id, it->dst, registry_.name_of(h.type)));
     }
-    defer = misrouted.is_ok() && it->second.callback && !on_dispatcher();
+    defer = misrouted.is_ok() && it->callback && !on_dispatcher();
     if (!defer && misrouted.is_ok()) {
-      p = std::move(it->second);
-      pending_.erase(it);
+      p = pending_.take(h.request_id);
     }
   }
   if (!misrouted.is_ok()) {
@@ -414,12 +405,6 @@ bool Comm::drain_inbox() {
   return true;
 }
 
-void Comm::on_send_done(NodeId dst, size_t bytes) {
-  if (dst >= size_) return;
-  inflight_msgs_[dst].fetch_sub(1, std::memory_order_acq_rel);
-  inflight_bytes_[dst].fetch_sub(bytes, std::memory_order_acq_rel);
-}
-
 void Comm::on_peer_failure(NodeId node, const Status& why) {
   if (node >= size_) return;
   if (dead_[node].exchange(true, std::memory_order_acq_rel)) return;
@@ -439,14 +424,7 @@ void Comm::fail_pending_to(NodeId node, const Status& why) {
   std::vector<Pending> failed;
   {
     MutexLock lock(pending_mu_);
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->second.dst == node) {
-        failed.push_back(std::move(it->second));
-        it = pending_.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    pending_.take_if([node](const Pending& p) { return p.dst == node; }, &failed);
   }
   for (Pending& p : failed) {
     if (p.req != nullptr) p.req->done.complete(why);

@@ -30,6 +30,7 @@
 #include "base/thread_annotations.h"
 #include "comm/completion.h"
 #include "comm/counters.h"
+#include "comm/pending_table.h"
 #include "comm/registry.h"
 #include "comm/transport.h"
 #include "comm/types.h"
@@ -129,6 +130,7 @@ class Comm final : private TransportSink, public Poller {
   bool poll();
   // Poller: drives the transport without running handlers (for waiting application threads).
   bool poll_for_waiter() override;
+
   // Heartbeats and peer timeouts. Call from the dispatcher every few milliseconds to heartbeat_ns.
   void tick(int64_t now);
   // Starts/stops watching peers' liveness (start after connecting, stop before shutdown).
@@ -161,7 +163,6 @@ class Comm final : private TransportSink, public Poller {
 
   // TransportSink
   void on_arrival(Arrival& arrival) override;
-  void on_send_done(NodeId dst, size_t bytes) override;
   void on_peer_failure(NodeId node, const Status& why) override;
 
   Status check_dst(NodeId dst) const;
@@ -187,17 +188,14 @@ class Comm final : private TransportSink, public Poller {
   MessageRegistry registry_;
   MessageCounters counters_;
 
-  std::atomic<uint64_t> next_request_id_{1};
   mutable Mutex pending_mu_;
-  std::unordered_map<uint64_t, Pending> pending_ GUARDED_BY(pending_mu_);
+  PendingTable<Pending> pending_ GUARDED_BY(pending_mu_);
 
   mutable Mutex inbox_mu_;
   std::deque<Queued> inbox_ GUARDED_BY(inbox_mu_);
   int inbox_fd_ = -1;
 
-  // Flow control and liveness, one slot per node.
-  std::unique_ptr<std::atomic<uint32_t>[]> inflight_msgs_;
-  std::unique_ptr<std::atomic<uint64_t>[]> inflight_bytes_;
+  // Liveness, one slot per node.
   std::unique_ptr<std::atomic<int64_t>[]> last_heard_ns_;
   std::unique_ptr<std::atomic<bool>[]> dead_;
   std::atomic<bool> monitoring_{false};

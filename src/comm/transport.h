@@ -48,13 +48,17 @@ class TransportSink {
  public:
   // A message arrived. Runs inside progress(); must not block or call progress().
   virtual void on_arrival(Arrival& arrival) = 0;
-  // A send of `bytes` payload bytes to `dst` finished locally (its buffer is free) or failed.
-  virtual void on_send_done(NodeId dst, size_t bytes) = 0;
   // `node` failed (died, unreachable) as far as the network can tell.
   virtual void on_peer_failure(NodeId node, const Status& why) = 0;
 
  protected:
   ~TransportSink() = default;
+};
+
+// Sends to one peer that were accepted but have not finished locally (flow control).
+struct SendBacklog {
+  int64_t msgs = 0;
+  int64_t bytes = 0;
 };
 
 // A region registered for one-sided access, identified by a small integer the same on every node.
@@ -71,13 +75,16 @@ class Transport {
   virtual void set_sink(TransportSink* sink) = 0;
 
   // Sends `header` (kWireHeaderSize bytes) and `payload` to `dst`. The caller may reuse both as
-  // soon as send() returns: a send that cannot finish at once copies them. sink->on_send_done is
-  // called exactly once per successful send() (possibly before send() returns).
+  // soon as send() returns: a send that cannot finish at once copies them and counts in
+  // backlog(dst) until it has.
   virtual Status send(NodeId dst, std::span<const std::byte, kWireHeaderSize> header,
                       std::span<const std::byte> payload) = 0;
   // Same, but takes ownership of `payload`: large payloads go out without a copy.
   virtual Status send(NodeId dst, std::span<const std::byte, kWireHeaderSize> header,
                       Buffer&& payload) = 0;
+
+  // Accepted sends to `dst` that have not finished yet. Cheap (two relaxed loads).
+  virtual SendBacklog backlog(NodeId dst) const = 0;
 
   // One-sided access. map_region registers [base, base+len) locally as region `id` and returns
   // the bytes a peer needs to reach it (remote key); add_remote_region installs a peer's key.

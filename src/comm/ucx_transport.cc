@@ -47,7 +47,17 @@ struct UcxTransport::Peer {
   NodeId node = 0;
   ucp_ep_h ep = nullptr;
   std::atomic<bool> dead{false};
+  std::atomic<int64_t> backlog_msgs{0};   // sends UCX still holds
+  std::atomic<int64_t> backlog_bytes{0};
 };
+
+SendBacklog UcxTransport::backlog(NodeId dst) const {
+  // note: peers_ is fixed after connect(); reading the counters needs no lock.
+  const auto& peers = const_cast<UcxTransport*>(this)->peers_unlocked();
+  if (dst >= peers.size()) return {};
+  return {peers[dst]->backlog_msgs.load(std::memory_order_relaxed),
+          peers[dst]->backlog_bytes.load(std::memory_order_relaxed)};
+}
 
 struct UcxTransport::SendRecord {
   UcxTransport* self;
@@ -196,10 +206,7 @@ Status UcxTransport::send(NodeId dst, std::span<const std::byte, kWireHeaderSize
   p.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
   ucs_status_ptr_t r = ucp_am_send_nbx(peers_[dst]->ep, kAmId, header.data(), kWireHeaderSize,
                                        payload.data(), payload.size(), &p);
-  if (r == nullptr) {
-    if (sink_ != nullptr) sink_->on_send_done(dst, payload.size());
-    return Status::ok();
-  }
+  if (r == nullptr) return Status::ok();
   LOOM_CHECK(UCS_PTR_IS_ERR(r), "UCX returned a request for a forced-immediate send to node {}",
              dst);
   if (UCS_PTR_STATUS(r) != UCS_ERR_NO_RESOURCE)
@@ -229,12 +236,14 @@ Status UcxTransport::send_record(NodeId dst, std::unique_ptr<SendRecord> rec) {
   size_t bytes = rec->payload.size();
   ucs_status_ptr_t r = ucp_am_send_nbx(peers_[dst]->ep, kAmId, rec->header.data(),
                                        kWireHeaderSize, rec->payload.data(), bytes, &p);
-  if (r == nullptr) {
-    if (sink_ != nullptr) sink_->on_send_done(dst, bytes);
-    return Status::ok();
-  }
+  if (r == nullptr) return Status::ok();
   if (UCS_PTR_IS_ERR(r))
     return Status::peer_failed(ucx_error(fmt::format("send to node {}", dst), UCS_PTR_STATUS(r)));
+  // note: counted while worker_mu_ is held, so send_done (which needs progress, hence the lock)
+  // cannot run before it.
+  Peer& peer = *peers_[dst];
+  peer.backlog_msgs.fetch_add(1, std::memory_order_relaxed);
+  peer.backlog_bytes.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
   rec.release();  // owned by the request now; send_done frees it
   return Status::ok();
 }
@@ -242,7 +251,11 @@ Status UcxTransport::send_record(NodeId dst, std::unique_ptr<SendRecord> rec) {
 void UcxTransport::send_done(void* request, ucs_status_t status, void* user_data) {
   std::unique_ptr<SendRecord> rec(static_cast<SendRecord*>(user_data));
   (void)status;  // a failed send is reported through the endpoint's error callback
-  if (rec->self->sink_ != nullptr) rec->self->sink_->on_send_done(rec->dst, rec->payload.size());
+  rec->self->worker_mu_.assert_held();  // UCX calls this from inside progress
+  Peer& peer = *rec->self->peers_[rec->dst];
+  peer.backlog_msgs.fetch_sub(1, std::memory_order_relaxed);
+  peer.backlog_bytes.fetch_sub(static_cast<int64_t>(rec->payload.size()),
+                               std::memory_order_relaxed);
   ucp_request_free(request);
 }
 

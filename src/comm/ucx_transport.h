@@ -68,6 +68,7 @@ class UcxTransport final : public Transport {
   Status get(NodeId peer, RegionId id, uint64_t offset, void* dst, size_t len,
              OpCallback* done) override;
 
+  SendBacklog backlog(NodeId dst) const override;
   bool progress() override;
   bool try_progress() override;
   int event_fd() const override { return efd_; }
@@ -86,6 +87,10 @@ class UcxTransport final : public Transport {
   class WorkerLock;
 
   UcxTransport() = default;
+  // peers_ never changes after connect(), so readers of the per-peer atomics skip the lock.
+  const std::vector<std::unique_ptr<Peer>>& peers_unlocked() NO_THREAD_SAFETY_ANALYSIS {
+    return peers_;
+  }
   bool progress_locked() REQUIRES(worker_mu_);
   Status send_record(NodeId dst, std::unique_ptr<SendRecord> rec) REQUIRES(worker_mu_);
   Result<const RemoteRegion*> remote(NodeId peer, RegionId id, uint64_t offset, size_t len)

@@ -390,7 +390,8 @@ TEST(CommLoopback, ManyOneWayMessagesAllArrive) {
 namespace loom::comm {
 namespace {
 
-// A transport whose sends never finish locally (a receiver that stopped draining).
+// A transport whose sends never finish locally (a receiver that stopped draining): every
+// accepted send stays in the backlog.
 class StalledSends final : public Transport, private TransportSink {
  public:
   explicit StalledSends(Transport& inner) : inner_(inner) { inner_.set_sink(this); }
@@ -400,11 +401,14 @@ class StalledSends final : public Transport, private TransportSink {
   void set_sink(TransportSink* sink) override { sink_ = sink; }
   Status send(NodeId dst, std::span<const std::byte, kWireHeaderSize> h,
               std::span<const std::byte> p) override {
+    ++stuck_;
     return inner_.send(dst, h, p);
   }
   Status send(NodeId dst, std::span<const std::byte, kWireHeaderSize> h, Buffer&& p) override {
+    ++stuck_;
     return inner_.send(dst, h, std::move(p));
   }
+  SendBacklog backlog(NodeId) const override { return {stuck_.load(), 0}; }
   Result<std::string> map_region(RegionId id, void* base, size_t len) override {
     return inner_.map_region(id, base, len);
   }
@@ -428,10 +432,10 @@ class StalledSends final : public Transport, private TransportSink {
 
  private:
   void on_arrival(Arrival& a) override { sink_->on_arrival(a); }
-  void on_send_done(NodeId, size_t) override {}  // swallowed: credit never comes back
   void on_peer_failure(NodeId n, const Status& s) override { sink_->on_peer_failure(n, s); }
   Transport& inner_;
   TransportSink* sink_ = nullptr;
+  std::atomic<int64_t> stuck_{0};
 };
 
 TEST(CommFlowControl, ApplicationSendWaitsButHeartbeatNeverDoes) {

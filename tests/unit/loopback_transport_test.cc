@@ -16,12 +16,10 @@ class Recorder : public TransportSink {
     std::memcpy(&h, a.header.data(), sizeof h);
     got.emplace_back(h.src, a.payload.empty() ? -1 : static_cast<int>(a.payload[0]));
   }
-  void on_send_done(NodeId, size_t) override { ++sends_done; }
   void on_peer_failure(NodeId node, const Status&) override { failed.push_back(node); }
 
   std::vector<std::pair<NodeId, int>> got;
   std::vector<NodeId> failed;
-  int sends_done = 0;
 };
 
 std::array<std::byte, kWireHeaderSize> header_from(NodeId src) {
