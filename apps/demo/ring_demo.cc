@@ -78,13 +78,15 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "demo: %s\n", r.status().to_string().c_str());
         return 1;
       }
-      rtts.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+      rtts.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
       last_answer.assign(reinterpret_cast<const char*>(r->data()), r->size());
     }
   }
   if (me == 0)
     while (!token_done) std::this_thread::sleep_for(std::chrono::microseconds(100));
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   (void)loom::runtime::current().bootstrap().barrier();
 
   if (me == 0) {
@@ -93,8 +95,8 @@ int main(int argc, char** argv) {
     std::printf("Loom demo: %u nodes (transport: UCX)\n", n);
     std::printf("  token: %d laps around the ring, %u hops, in %.1f ms\n", kLaps, hops.load(), ms);
     if (!rtts.empty())
-      std::printf("  request/reply from node 0: %zu calls, median round trip %.1f us\n", rtts.size(),
-                  rtts[rtts.size() / 2]);
+      std::printf("  request/reply from node 0: %zu calls, median round trip %.1f us\n",
+                  rtts.size(), rtts[rtts.size() / 2]);
     std::printf("  last answer: \"%s\"\n", last_answer.c_str());
     std::printf("  node 0 sent %lu messages (%lu bytes), received %lu\n",
                 static_cast<unsigned long>(total.sent_msgs),

@@ -34,7 +34,9 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string msg) : code_(code), msg_(std::move(msg)) {}
 
   static Status ok() { return {}; }
-  static Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status invalid_argument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status not_found(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status peer_failed(std::string m) { return {StatusCode::kPeerFailed, std::move(m)}; }
   static Status malformed(std::string m) { return {StatusCode::kMalformed, std::move(m)}; }

@@ -17,10 +17,12 @@ constexpr int64_t kKiB = 1024;
 
 // The one table. README's configuration table is generated from `loomrun --help-config`.
 const ConfigRow kRows[] = {
-    {"LOG_LEVEL", ConfigType::kEnum, "warn", "Messages printed to stderr: error, warn, info or debug.",
-     "error|warn|info|debug"},
-    {"TRACE", ConfigType::kBool, "0", "Print every message sent and received with its type's printer."},
-    {"STATS", ConfigType::kBool, "0", "Print this node's counters (messages, bytes per type) at exit."},
+    {"LOG_LEVEL", ConfigType::kEnum, "warn",
+     "Messages printed to stderr: error, warn, info or debug.", "error|warn|info|debug"},
+    {"TRACE", ConfigType::kBool, "0",
+     "Print every message sent and received with its type's printer."},
+    {"STATS", ConfigType::kBool, "0",
+     "Print this node's counters (messages, bytes per type) at exit."},
     {"STATS_JSON", ConfigType::kString, "",
      "Write this node's counters as JSON to this path at exit ('%r' is replaced by the rank)."},
     {"BOOTSTRAP", ConfigType::kEnum, "auto",
@@ -53,6 +55,9 @@ const ConfigRow kRows[] = {
     {"MAX_INFLIGHT_BYTES", ConfigType::kSize, "32M",
      "Flow control: unfinished bytes per peer before a sending application thread waits.", "",
      64 * kKiB, INT64_MAX},
+    {"MALLOC_TUNING", ConfigType::kBool, "1",
+     "Keep freed large buffers in the heap (glibc M_MMAP_THRESHOLD 4 MiB, M_TRIM_THRESHOLD 1 GiB) "
+     "so large messages do not fault in fresh pages each time; 0 keeps glibc's defaults."},
     {"BOOT_ADDR", ConfigType::kString, "", "Set by loomrun: its bootstrap socket.", "", 0, 0, true},
     {"JOB_TOKEN", ConfigType::kString, "", "Set by loomrun: the job's random token.", "", 0, 0,
      true},
@@ -62,13 +67,14 @@ const ConfigRow kRows[] = {
 
 std::string lower(std::string_view s) {
   std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return out;
 }
 
 Status bad_value(const ConfigRow& row, std::string_view text, std::string_view expected) {
-  return Status::invalid_argument(fmt::format("{}='{}': expected {}", config_env_name(row), text,
-                                              expected));
+  return Status::invalid_argument(
+      fmt::format("{}='{}': expected {}", config_env_name(row), text, expected));
 }
 
 Status parse_int(const ConfigRow& row, std::string_view text, bool size_suffix, int64_t* out) {
@@ -83,10 +89,14 @@ Status parse_int(const ConfigRow& row, std::string_view text, bool size_suffix, 
   std::string_view rest(end);
   if (size_suffix && !rest.empty()) {
     char c = static_cast<char>(std::toupper(static_cast<unsigned char>(rest[0])));
-    if (c == 'K') mult = kKiB;
-    else if (c == 'M') mult = kKiB * kKiB;
-    else if (c == 'G') mult = kKiB * kKiB * kKiB;
-    else return bad_value(row, text, "a size like 64K or 32M");
+    if (c == 'K')
+      mult = kKiB;
+    else if (c == 'M')
+      mult = kKiB * kKiB;
+    else if (c == 'G')
+      mult = kKiB * kKiB * kKiB;
+    else
+      return bad_value(row, text, "a size like 64K or 32M");
     rest.remove_prefix(1);
     if (rest == "B" || rest == "b" || rest == "iB") rest = {};
   }
@@ -123,9 +133,12 @@ Status parse_config_value(const ConfigRow& row, std::string_view text, std::stri
   switch (row.type) {
     case ConfigType::kBool: {
       std::string t = lower(text);
-      if (t == "1" || t == "y" || t == "yes" || t == "on" || t == "true") out->assign(1, '1');
-      else if (t == "0" || t == "n" || t == "no" || t == "off" || t == "false") out->assign(1, '0');
-      else return bad_value(row, text, "a boolean (1/0, yes/no, on/off, true/false)");
+      if (t == "1" || t == "y" || t == "yes" || t == "on" || t == "true")
+        out->assign(1, '1');
+      else if (t == "0" || t == "n" || t == "no" || t == "off" || t == "false")
+        out->assign(1, '0');
+      else
+        return bad_value(row, text, "a boolean (1/0, yes/no, on/off, true/false)");
       return Status::ok();
     }
     case ConfigType::kInt:
@@ -136,7 +149,9 @@ Status parse_config_value(const ConfigRow& row, std::string_view text, std::stri
       *out = std::to_string(v);
       return Status::ok();
     }
-    case ConfigType::kString: *out = std::string(text); return Status::ok();
+    case ConfigType::kString:
+      *out = std::string(text);
+      return Status::ok();
     case ConfigType::kEnum: {
       std::string t = lower(text);
       std::string_view choices(row.choices);
@@ -159,8 +174,8 @@ Status parse_config_value(const ConfigRow& row, std::string_view text, std::stri
 }
 
 std::string format_config_table() {
-  std::string out = fmt::format("{:<28} {:<22} {:<8} {}\n", "variable", "loomrun flag", "default",
-                                "meaning");
+  std::string out =
+      fmt::format("{:<28} {:<22} {:<8} {}\n", "variable", "loomrun flag", "default", "meaning");
   for (const auto& r : kRows) {
     if (r.internal) continue;
     std::string def = r.default_value[0] ? r.default_value : "(empty)";
@@ -210,8 +225,7 @@ Result<Config> Config::from_env() {
 
 Status Config::set(std::string_view name, std::string_view text) {
   const ConfigRow* row = find_config_row(name);
-  if (row == nullptr)
-    return Status::invalid_argument(fmt::format("unknown setting LOOM_{}", name));
+  if (row == nullptr) return Status::invalid_argument(fmt::format("unknown setting LOOM_{}", name));
   std::string v;
   Status s = parse_config_value(*row, text, &v);
   if (!s) return s;

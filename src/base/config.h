@@ -21,14 +21,14 @@ namespace loom {
 enum class ConfigType { kBool, kInt, kSize, kString, kEnum };
 
 struct ConfigRow {
-  const char* name;           // without the LOOM_ prefix, e.g. "SPIN_US"
+  const char* name;  // without the LOOM_ prefix, e.g. "SPIN_US"
   ConfigType type;
   const char* default_value;  // as text, parsed like an environment value
   const char* meaning;
-  const char* choices = "";   // kEnum: "a|b|c"
-  int64_t min = 0;            // kInt, kSize: inclusive range
+  const char* choices = "";  // kEnum: "a|b|c"
+  int64_t min = 0;           // kInt, kSize: inclusive range
   int64_t max = INT64_MAX;
-  bool internal = false;      // set by the launcher, not by users
+  bool internal = false;  // set by the launcher, not by users
 };
 
 // All rows, in the order --help-config prints them.
@@ -57,7 +57,7 @@ class Config {
   static Result<Config> from_map(const std::map<std::string, std::string>& values);
 
   bool get_bool(std::string_view name) const;
-  int64_t get_int(std::string_view name) const;  // also kSize (bytes)
+  int64_t get_int(std::string_view name) const;                // also kSize (bytes)
   const std::string& get_string(std::string_view name) const;  // also kEnum
   // Overrides one value (tests, programs that configure themselves).
   Status set(std::string_view name, std::string_view text);

@@ -39,9 +39,9 @@ void remove_state_dumper(int id);
 
 }  // namespace loom::log
 
-#define LOOM_LOG(lvl, ...)                                                   \
-  do {                                                                       \
-    if (::loom::log::enabled(::loom::log::Level::lvl))                       \
+#define LOOM_LOG(lvl, ...)                                                     \
+  do {                                                                         \
+    if (::loom::log::enabled(::loom::log::Level::lvl))                         \
       ::loom::log::write(::loom::log::Level::lvl, ::fmt::format(__VA_ARGS__)); \
   } while (0)
 #define LOOM_ERROR(...) LOOM_LOG(kError, __VA_ARGS__)
@@ -50,9 +50,9 @@ void remove_state_dumper(int id);
 #define LOOM_DEBUG(...) LOOM_LOG(kDebug, __VA_ARGS__)
 
 // LOOM_CHECK(cond, "fmt", args...): aborts with file:line, the condition and the message.
-#define LOOM_CHECK(cond, ...)                                                              \
-  do {                                                                                     \
-    if (__builtin_expect(!(cond), 0))                                                      \
-      ::loom::log::fatal(::fmt::format("{}:{}: check failed: {}: {}", __FILE__, __LINE__, \
-                                       #cond, ::fmt::format(__VA_ARGS__)));                \
+#define LOOM_CHECK(cond, ...)                                                                    \
+  do {                                                                                           \
+    if (__builtin_expect(!(cond), 0))                                                            \
+      ::loom::log::fatal(::fmt::format("{}:{}: check failed: {}: {}", __FILE__, __LINE__, #cond, \
+                                       ::fmt::format(__VA_ARGS__)));                             \
   } while (0)

@@ -6,16 +6,26 @@ namespace loom {
 
 std::string_view to_string(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "invalid argument";
-    case StatusCode::kNotFound: return "not found";
-    case StatusCode::kPeerFailed: return "peer failed";
-    case StatusCode::kMalformed: return "malformed";
-    case StatusCode::kRefused: return "refused";
-    case StatusCode::kResource: return "out of resources";
-    case StatusCode::kTimeout: return "timeout";
-    case StatusCode::kIo: return "I/O error";
-    case StatusCode::kInternal: return "internal error";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kNotFound:
+      return "not found";
+    case StatusCode::kPeerFailed:
+      return "peer failed";
+    case StatusCode::kMalformed:
+      return "malformed";
+    case StatusCode::kRefused:
+      return "refused";
+    case StatusCode::kResource:
+      return "out of resources";
+    case StatusCode::kTimeout:
+      return "timeout";
+    case StatusCode::kIo:
+      return "I/O error";
+    case StatusCode::kInternal:
+      return "internal error";
   }
   return "unknown status";
 }

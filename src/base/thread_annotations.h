@@ -1,5 +1,6 @@
 // Clang thread-safety annotations (https://clang.llvm.org/docs/ThreadSafetyAnalysis.html).
-// They compile to nothing elsewhere. Build with -DLOOM_THREAD_SAFETY=ON (preset clang-tsa) to check.
+// They compile to nothing elsewhere. Build with -DLOOM_THREAD_SAFETY=ON (preset clang-tsa) to
+// check.
 #pragma once
 
 #include <mutex>

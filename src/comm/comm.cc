@@ -93,15 +93,17 @@ Comm::~Comm() {
 }
 
 void Comm::register_system_types() {
-  Status s = registry_.add(sys_msg::kHeartbeat, "heartbeat", [](Incoming&) { return Status::ok(); },
-                           [](std::span<const std::byte>) { return std::string(); });
+  Status s = registry_.add(
+      sys_msg::kHeartbeat, "heartbeat", [](Incoming&) { return Status::ok(); },
+      [](std::span<const std::byte>) { return std::string(); });
   LOOM_CHECK(s.is_ok(), "{}", s.to_string());
   s = registry_.add(
       sys_msg::kAbort, "abort",
       [this](Incoming& in) {
         std::string reason(reinterpret_cast<const char*>(in.payload().data()), in.payload().size());
         aborted_by_peer_.store(true, std::memory_order_release);
-        report_fatal(Status::peer_failed(fmt::format("node {} stopped the job: {}", in.src(), reason)));
+        report_fatal(
+            Status::peer_failed(fmt::format("node {} stopped the job: {}", in.src(), reason)));
         return Status::ok();
       },
       [](std::span<const std::byte> p) {
@@ -192,8 +194,8 @@ void Comm::wait_for_credit(NodeId dst, size_t bytes) {
 Status Comm::send_raw(NodeId dst, const WireHeader& h, std::span<const std::byte> payload,
                       Buffer* owned) {
   if (payload.size() > kMaxPayload)
-    return Status::invalid_argument(fmt::format(
-        "message of {} bytes exceeds the {} byte limit", payload.size(), kMaxPayload));
+    return Status::invalid_argument(
+        fmt::format("message of {} bytes exceeds the {} byte limit", payload.size(), kMaxPayload));
   if (Status s = check_dst(dst); !s) return s;
   wait_for_credit(dst, payload.size());
   if (opts_.trace) trace("send to", dst, h, payload);
@@ -224,8 +226,8 @@ Status Comm::start_pending(NodeId dst, MsgType type, std::span<const std::byte> 
     MutexLock lock(pending_mu_);
     id = pending_.insert(std::move(pending));
   }
-  Status s = send_raw(dst, make_header(type, static_cast<uint32_t>(payload.size()), 0, id),
-                      payload, nullptr);
+  Status s = send_raw(dst, make_header(type, static_cast<uint32_t>(payload.size()), 0, id), payload,
+                      nullptr);
   if (!s) {
     MutexLock lock(pending_mu_);
     pending_.erase(id);
@@ -264,10 +266,10 @@ Status Comm::reply(const ReplyTo& to, std::span<const std::byte> payload) {
 Status Comm::reply(const ReplyTo& to, Buffer&& payload) {
   if (!to.valid()) return Status::invalid_argument("reply to a message that is not a request");
   Buffer b = std::move(payload);
-  return send_raw(to.node,
-                  make_header(to.type, static_cast<uint32_t>(b.size()), WireHeader::kFlagReply,
-                              to.request_id),
-                  b.span(), &b);
+  return send_raw(
+      to.node,
+      make_header(to.type, static_cast<uint32_t>(b.size()), WireHeader::kFlagReply, to.request_id),
+      b.span(), &b);
 }
 
 Status Comm::reply_error(const ReplyTo& to, const Status& error) {
@@ -309,8 +311,7 @@ void Comm::on_arrival(Arrival& a) {
   }
 }
 
-void Comm::complete_reply(const WireHeader& h, std::span<const std::byte> payload,
-                          Buffer* owned) {
+void Comm::complete_reply(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned) {
   Pending p;
   bool defer = false;
   Status misrouted;
@@ -370,8 +371,7 @@ void Comm::enqueue(const WireHeader& h, std::span<const std::byte> payload, Buff
   {
     MutexLock lock(inbox_mu_);
     was_empty = inbox_.empty();
-    inbox_.push_back(
-        Queued{h, owned != nullptr ? std::move(*owned) : Buffer::copy_of(payload)});
+    inbox_.push_back(Queued{h, owned != nullptr ? std::move(*owned) : Buffer::copy_of(payload)});
   }
   if (was_empty) {
     uint64_t one = 1;
@@ -427,8 +427,10 @@ void Comm::fail_pending_to(NodeId node, const Status& why) {
     pending_.take_if([node](const Pending& p) { return p.dst == node; }, &failed);
   }
   for (Pending& p : failed) {
-    if (p.req != nullptr) p.req->done.complete(why);
-    else if (p.callback) p.callback(why, Buffer());
+    if (p.req != nullptr)
+      p.req->done.complete(why);
+    else if (p.callback)
+      p.callback(why, Buffer());
   }
 }
 

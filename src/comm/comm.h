@@ -153,8 +153,8 @@ class Comm final : private TransportSink, public Poller {
  private:
   struct Pending {
     NodeId dst;
-    Request* req;                                   // or
-    std::function<void(Status, Buffer)> callback;   // runs on the dispatcher
+    Request* req;                                  // or
+    std::function<void(Status, Buffer)> callback;  // runs on the dispatcher
   };
   struct Queued {
     WireHeader header;

@@ -40,8 +40,7 @@ bool Completion::sleep_until_done(int64_t timeout_ns) {
   for (;;) {
     uint32_t s = state_.load(std::memory_order_acquire);
     if (s == kDone) return true;
-    if (s == kPending &&
-        !state_.compare_exchange_strong(s, kSleeping, std::memory_order_acq_rel)) {
+    if (s == kPending && !state_.compare_exchange_strong(s, kSleeping, std::memory_order_acq_rel)) {
       continue;  // completed meanwhile (s is now kDone)
     }
     struct timespec ts;

@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <mutex>
 #include <cstring>
+#include <mutex>
 
 #include "base/log.h"
 
@@ -109,8 +109,7 @@ Transport& LoopbackFabric::endpoint(NodeId node) {
 }
 
 Status LoopbackFabric::enqueue(NodeId src, NodeId dst,
-                               std::span<const std::byte, kWireHeaderSize> header,
-                               Buffer payload) {
+                               std::span<const std::byte, kWireHeaderSize> header, Buffer payload) {
   {
     MutexLock lock(mu_);
     if (dst >= queues_.size())
@@ -163,7 +162,8 @@ bool LoopbackFabric::progress(NodeId node) {
         }
       }
       if (candidates.empty()) break;
-      size_t pick = candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng_)];
+      size_t pick =
+          candidates[std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng_)];
       m = std::move(q[pick]);
       q.erase(q.begin() + static_cast<std::ptrdiff_t>(pick));
       ++delivered_;
@@ -187,12 +187,14 @@ Status LoopbackFabric::rma(NodeId self, NodeId peer, RegionId id, uint64_t offse
   if (it == regions_.end())
     return Status::not_found(fmt::format("node {} has no region {}", peer, id));
   if (offset > it->second.len || len > it->second.len - offset)
-    return Status::invalid_argument(fmt::format(
-        "range [{}, {}) is outside node {}'s region {} of {} bytes", offset, offset + len, peer,
-        id, it->second.len));
+    return Status::invalid_argument(
+        fmt::format("range [{}, {}) is outside node {}'s region {} of {} bytes", offset,
+                    offset + len, peer, id, it->second.len));
   (void)self;
-  if (src != nullptr) std::memcpy(it->second.base + offset, src, len);
-  else std::memcpy(dst, it->second.base + offset, len);
+  if (src != nullptr)
+    std::memcpy(it->second.base + offset, src, len);
+  else
+    std::memcpy(dst, it->second.base + offset, len);
   return Status::ok();
 }
 

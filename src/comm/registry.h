@@ -16,8 +16,8 @@
 // peers can send the type); lookups are lock-free and safe from any thread.
 #pragma once
 
-#include <atomic>
 #include <array>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>

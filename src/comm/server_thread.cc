@@ -88,8 +88,10 @@ void ServerThread::loop() {
     }
     if (now - idle_since < opts_.spin_ns) {
       // note: yield now and then so a computing thread on this core is not starved by our spin.
-      if ((++spins & 15) == 0) sched_yield();
-      else __builtin_ia32_pause();
+      if ((++spins & 15) == 0)
+        sched_yield();
+      else
+        __builtin_ia32_pause();
       continue;
     }
     sleep_until_event(now, next_tick);

@@ -95,7 +95,8 @@ class Transport {
   // data is visible at the target. The caller keeps `src` valid until then.
   virtual Status put(NodeId peer, RegionId id, uint64_t offset, const void* src, size_t len,
                      OpCallback* done) = 0;
-  // Reads `len` bytes at `offset` of `peer`'s region into `dst`; `done` completes when they are there.
+  // Reads `len` bytes at `offset` of `peer`'s region into `dst`; `done` completes when they are
+  // there.
   virtual Status get(NodeId peer, RegionId id, uint64_t offset, void* dst, size_t len,
                      OpCallback* done) = 0;
 

@@ -47,7 +47,7 @@ struct UcxTransport::Peer {
   NodeId node = 0;
   ucp_ep_h ep = nullptr;
   std::atomic<bool> dead{false};
-  std::atomic<int64_t> backlog_msgs{0};   // sends UCX still holds
+  std::atomic<int64_t> backlog_msgs{0};  // sends UCX still holds
   std::atomic<int64_t> backlog_bytes{0};
 };
 
@@ -92,7 +92,8 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const Options& option
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return Status::io(ucx_error("ucp_config_read", st));
-  auto config_guard = std::unique_ptr<ucp_config_t, void (*)(ucp_config_t*)>(config, ucp_config_release);
+  auto config_guard =
+      std::unique_ptr<ucp_config_t, void (*)(ucp_config_t*)>(config, ucp_config_release);
   if (!options.tls.empty()) {
     st = ucp_config_modify(config, "TLS", options.tls.c_str());
     if (st != UCS_OK)
@@ -212,8 +213,7 @@ Status UcxTransport::send(NodeId dst, std::span<const std::byte, kWireHeaderSize
   if (UCS_PTR_STATUS(r) != UCS_ERR_NO_RESOURCE)
     return Status::peer_failed(ucx_error(fmt::format("send to node {}", dst), UCS_PTR_STATUS(r)));
   // Could not go out at once: copy and send from the copy.
-  auto rec = std::make_unique<SendRecord>(
-      SendRecord{this, dst, {}, Buffer::copy_of(payload)});
+  auto rec = std::make_unique<SendRecord>(SendRecord{this, dst, {}, Buffer::copy_of(payload)});
   std::memcpy(rec->header.data(), header.data(), kWireHeaderSize);
   return send_record(dst, std::move(rec));
 }
@@ -234,8 +234,8 @@ Status UcxTransport::send_record(NodeId dst, std::unique_ptr<SendRecord> rec) {
   p.cb.send = &UcxTransport::send_done;
   p.user_data = rec.get();
   size_t bytes = rec->payload.size();
-  ucs_status_ptr_t r = ucp_am_send_nbx(peers_[dst]->ep, kAmId, rec->header.data(),
-                                       kWireHeaderSize, rec->payload.data(), bytes, &p);
+  ucs_status_ptr_t r = ucp_am_send_nbx(peers_[dst]->ep, kAmId, rec->header.data(), kWireHeaderSize,
+                                       rec->payload.data(), bytes, &p);
   if (r == nullptr) return Status::ok();
   if (UCS_PTR_IS_ERR(r))
     return Status::peer_failed(ucx_error(fmt::format("send to node {}", dst), UCS_PTR_STATUS(r)));
@@ -311,8 +311,8 @@ void UcxTransport::recv_done(void* request, ucs_status_t status, size_t length, 
 
 // --- Failures ------------------------------------------------------------------------------
 
-void UcxTransport::receive_failed(std::span<const std::byte, kWireHeaderSize> header,
-                                  size_t length, ucs_status_t status) {
+void UcxTransport::receive_failed(std::span<const std::byte, kWireHeaderSize> header, size_t length,
+                                  ucs_status_t status) {
   // why: a message that cannot be received is lost, and its sender may wait for it forever;
   // losing a message is a broken link to that node, so it is reported as the node's failure.
   WireHeader h;
@@ -352,7 +352,8 @@ Result<std::string> UcxTransport::map_region(RegionId id, void* base, size_t len
   ucp_mem_h memh = nullptr;
   ucs_status_t st = ucp_mem_map(context_, &mp, &memh);
   if (st != UCS_OK)
-    return Status::resource(ucx_error(fmt::format("registering region {} ({} bytes)", id, len), st));
+    return Status::resource(
+        ucx_error(fmt::format("registering region {} ({} bytes)", id, len), st));
   void* key = nullptr;
   size_t key_len = 0;
   st = ucp_rkey_pack(context_, memh, &key, &key_len);
@@ -382,7 +383,7 @@ Status UcxTransport::add_remote_region(NodeId peer, RegionId id, uint64_t remote
 }
 
 Result<const UcxTransport::RemoteRegion*> UcxTransport::remote(NodeId peer, RegionId id,
-                                                                uint64_t offset, size_t len) {
+                                                               uint64_t offset, size_t len) {
   if (peer >= peers_.size() || peers_[peer]->dead.load())
     return Status::peer_failed(fmt::format("no connection to node {}", peer));
   auto it = remote_regions_.find({peer, id});

@@ -101,8 +101,8 @@ class UcxTransport final : public Transport {
   void receive_failed(std::span<const std::byte, kWireHeaderSize> header, size_t length,
                       ucs_status_t status) NO_THREAD_SAFETY_ANALYSIS;
 
-  static ucs_status_t am_callback(void* arg, const void* header, size_t header_length,
-                                  void* data, size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t am_callback(void* arg, const void* header, size_t header_length, void* data,
+                                  size_t length, const ucp_am_recv_param_t* param);
   static void recv_done(void* request, ucs_status_t status, size_t length, void* user_data);
   static void send_done(void* request, ucs_status_t status, void* user_data);
   static void ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);

@@ -13,29 +13,30 @@ void encode_header(const WireHeader& h, std::span<std::byte, kWireHeaderSize> ou
 Result<WireHeader> decode_header(std::span<const std::byte> bytes, size_t payload_length,
                                  uint32_t job_size, uint16_t job_tag) {
   if (bytes.size() != kWireHeaderSize)
-    return Status::malformed(fmt::format("truncated header: {} bytes, expected {}", bytes.size(),
-                                         kWireHeaderSize));
+    return Status::malformed(
+        fmt::format("truncated header: {} bytes, expected {}", bytes.size(), kWireHeaderSize));
   WireHeader h;
   std::memcpy(&h, bytes.data(), kWireHeaderSize);
   if (h.magic != WireHeader::kMagic)
-    return Status::malformed(fmt::format("bad magic 0x{:04x} (claimed sender {}, type {})",
-                                         h.magic, h.src, h.type));
+    return Status::malformed(
+        fmt::format("bad magic 0x{:04x} (claimed sender {}, type {})", h.magic, h.src, h.type));
   if (h.job != job_tag)
     return Status::refused(fmt::format(
         "message from outside the job (job tag 0x{:04x}, expected 0x{:04x}; claimed sender {})",
         h.job, job_tag, h.src));
   if (h.src >= job_size)
-    return Status::malformed(
-        fmt::format("sender {} is not a node of this {}-node job (type {})", h.src, job_size, h.type));
+    return Status::malformed(fmt::format("sender {} is not a node of this {}-node job (type {})",
+                                         h.src, job_size, h.type));
   if ((h.flags & ~WireHeader::kKnownFlags) != 0)
     return Status::malformed(
         fmt::format("unknown flags 0x{:x} from node {} (type {})", h.flags, h.src, h.type));
   if (h.type >= kMaxMsgTypes)
-    return Status::malformed(fmt::format("message type {} from node {} is out of range", h.type, h.src));
+    return Status::malformed(
+        fmt::format("message type {} from node {} is out of range", h.type, h.src));
   if (h.length != payload_length)
-    return Status::malformed(fmt::format(
-        "length mismatch from node {} (type {}): header says {} bytes, {} arrived", h.src, h.type,
-        h.length, payload_length));
+    return Status::malformed(
+        fmt::format("length mismatch from node {} (type {}): header says {} bytes, {} arrived",
+                    h.src, h.type, h.length, payload_length));
   return h;
 }
 

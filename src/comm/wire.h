@@ -7,8 +7,8 @@
 //   8      4    length     payload length in bytes (the header is not counted)
 //   12     2    flags      kFlagReply: this is the reply to request `request_id`
 //                          kFlagError: the reply reports that the request failed at the server
-//   14     2    job        16-bit tag derived from the job token; a message from another job is refused
-//   16     8    request_id 0 for one-way messages; a request's id, echoed in its reply
+//   14     2    job        16-bit tag derived from the job token; a message from another job is
+//   refused 16     8    request_id 0 for one-way messages; a request's id, echoed in its reply
 //
 // All fields are little-endian (every platform Loom builds on is; a static_assert guards it).
 #pragma once

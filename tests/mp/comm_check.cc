@@ -317,13 +317,20 @@ int main(int argc, char** argv) {
   std::printf("rank %d pid %d\n", loom::node_id(), getpid());
   std::fflush(stdout);
   int rc = 2;
-  if (mode == "pingpong") rc = pingpong(static_cast<int>(arg(2, 10000)));
-  else if (mode == "storm") rc = storm(arg(2, 100000));
-  else if (mode == "concurrent") rc = concurrent(static_cast<int>(arg(2, 4)), static_cast<int>(arg(3, 2000)));
-  else if (mode == "rma") rc = rma();
-  else if (mode == "spin") rc = spin(argc > 2 ? std::atof(argv[2]) : 5.0);
-  else if (mode == "malformed") rc = malformed(argc > 2 ? argv[2] : "type");
-  else std::fprintf(stderr, "comm_check: unknown mode '%s'\n", mode.c_str());
+  if (mode == "pingpong")
+    rc = pingpong(static_cast<int>(arg(2, 10000)));
+  else if (mode == "storm")
+    rc = storm(arg(2, 100000));
+  else if (mode == "concurrent")
+    rc = concurrent(static_cast<int>(arg(2, 4)), static_cast<int>(arg(3, 2000)));
+  else if (mode == "rma")
+    rc = rma();
+  else if (mode == "spin")
+    rc = spin(argc > 2 ? std::atof(argv[2]) : 5.0);
+  else if (mode == "malformed")
+    rc = malformed(argc > 2 ? argv[2] : "type");
+  else
+    std::fprintf(stderr, "comm_check: unknown mode '%s'\n", mode.c_str());
   std::fflush(stdout);
   loom::finalize();
   return rc;

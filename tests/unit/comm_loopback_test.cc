@@ -38,8 +38,8 @@ struct Cluster {
 
   void start_servers() {
     for (auto& c : comms) {
-      servers.push_back(std::make_unique<ServerThread>(
-          *c, fabric.endpoint(c->rank()), ServerThread::Options{20'000, 5'000'000}));
+      servers.push_back(std::make_unique<ServerThread>(*c, fabric.endpoint(c->rank()),
+                                                       ServerThread::Options{20'000, 5'000'000}));
       servers.back()->start();
     }
   }
@@ -209,11 +209,11 @@ TEST(CommLoopback, HandlerRejectingPayloadIsFatal) {
   struct Two {
     uint32_t a, b;
   };
-  ASSERT_TRUE(cl.comms[1]
-                  ->registry()
-                  .add_typed<Two>(kBad, "two_words",
-                                  [](const Two&, Incoming&) { return Status::ok(); })
-                  .is_ok());
+  ASSERT_TRUE(
+      cl.comms[1]
+          ->registry()
+          .add_typed<Two>(kBad, "two_words", [](const Two&, Incoming&) { return Status::ok(); })
+          .is_ok());
   ASSERT_TRUE(cl.comms[0]->send(1, kBad, bytes_of("abc")).is_ok());
   cl.pump();
   std::string f = cl.fatal_of(1);
@@ -228,10 +228,13 @@ TEST(CommLoopback, MessageFromAnotherJobIsRefusedNotFatal) {
   b.job_tag = 222;
   Comm c0(fabric.endpoint(0), a), c1(fabric.endpoint(1), b);
   bool ran = false;
-  ASSERT_TRUE(c1.registry().add(kNote, "note", [&](Incoming&) {
-    ran = true;
-    return Status::ok();
-  }).is_ok());
+  ASSERT_TRUE(c1.registry()
+                  .add(kNote, "note",
+                       [&](Incoming&) {
+                         ran = true;
+                         return Status::ok();
+                       })
+                  .is_ok());
   ASSERT_TRUE(c0.send(1, kNote, kNothing).is_ok());
   while (c1.poll()) {
   }
@@ -375,10 +378,14 @@ TEST(CommLoopback, ManyOneWayMessagesAllArrive) {
   o.max_inflight = 4;
   Cluster cl(2, o);
   std::atomic<int> got{0};
-  ASSERT_TRUE(cl.comms[1]->registry().add(kNote, "note", [&](Incoming&) {
-    ++got;
-    return Status::ok();
-  }).is_ok());
+  ASSERT_TRUE(cl.comms[1]
+                  ->registry()
+                  .add(kNote, "note",
+                       [&](Incoming&) {
+                         ++got;
+                         return Status::ok();
+                       })
+                  .is_ok());
   for (int i = 0; i < 1000; ++i) ASSERT_TRUE(cl.comms[0]->send(1, kNote, bytes_of("m")).is_ok());
   cl.pump();
   EXPECT_EQ(got.load(), 1000);
