@@ -120,8 +120,7 @@ class RawUcx {
   std::vector<std::byte> rx_;  // where replies land
   std::vector<std::byte> tx_;  // what streams are sent from
   bool reply_done_ = false;
-  uint64_t acks_ = 0;  // kAck messages received
-  uint64_t acks_expected_ = 0;
+  uint64_t acks_ = 0;      // kAck messages received
   uint64_t streamed_ = 0;  // bytes streamed so far
   uint32_t sends_in_flight_ = 0;
   uint64_t bytes_in_flight_ = 0;

@@ -71,7 +71,7 @@ class Transport {
   virtual NodeId rank() const = 0;
   virtual uint32_t size() const = 0;
   virtual std::string_view name() const = 0;
-  // REQUIRES: called once, before any message can arrive (before connect()).
+  // REQUIRES: called once, before the first progress() (nothing is delivered until then).
   virtual void set_sink(TransportSink* sink) = 0;
 
   // Sends `header` (kWireHeaderSize bytes) and `payload` to `dst`. The caller may reuse both as
