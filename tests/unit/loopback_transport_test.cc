@@ -92,11 +92,15 @@ TEST(Loopback, HoldDelaysOneSenderUntilRelease) {
   ASSERT_EQ(r.got.size(), 1u);
   EXPECT_EQ(r.got[0].first, 2u);
   EXPECT_FALSE(f.endpoint(0).arm());  // a held message is still pending
+  EXPECT_EQ(f.queued(0), 1u);
+  EXPECT_EQ(f.delivered(), 1u);
   f.release(1, 0);
   while (f.endpoint(0).progress()) {
   }
   ASSERT_EQ(r.got.size(), 2u);
   EXPECT_EQ(r.got[1], std::make_pair(NodeId{1}, 11));
+  EXPECT_EQ(f.queued(0), 0u);
+  EXPECT_EQ(f.delivered(), 2u);
 }
 
 TEST(Loopback, DeadPeerIsReportedAndUnreachable) {
