@@ -33,8 +33,10 @@ if ((quick == 0)); then
   cmake --preset tsan >/dev/null && cmake --build --preset tsan || exit 1
   # note: UCX_MEM_MMAP_HOOK_MODE=none: UCX's libucm otherwise patches madvise(), which glibc
   # calls as a thread exits, and ThreadSanitizer's runtime crashes there. tests/tsan.supp says
-  # which reports are one-sided writes ordered through another process.
-  UCX_MEM_MMAP_HOOK_MODE=none TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" \
+  # which reports are one-sided writes ordered through another process; those suppressions match
+  # on the writer's stack, so history_size=7 keeps enough history for TSan to restore it.
+  UCX_MEM_MMAP_HOOK_MODE=none \
+    TSAN_OPTIONS="halt_on_error=1 history_size=7 suppressions=$PWD/tests/tsan.supp" \
     ctest --preset tsan -j2 || status=1
 fi
 if ((status == 0)); then echo; echo "== all tests passed"; else echo; echo "== SOME TESTS FAILED"; fi
