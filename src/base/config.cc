@@ -58,6 +58,15 @@ const ConfigRow kRows[] = {
     {"MALLOC_TUNING", ConfigType::kBool, "1",
      "Keep freed large buffers in the heap (glibc M_MMAP_THRESHOLD 4 MiB, M_TRIM_THRESHOLD 1 GiB) "
      "so large messages do not fault in fresh pages each time; 0 keeps glibc's defaults."},
+    {"REGION_BASE", ConfigType::kSize, "0x200000000000",
+     "Virtual address of the shared region, the same on every node (page-aligned).", "",
+     1 << 16, INT64_MAX},
+    {"REGION_SIZE", ConfigType::kSize, "64G",
+     "Size of the shared region. Reserving costs nothing until pages are touched.", "", 1 << 20,
+     INT64_MAX},
+    {"LOCK_FAIRNESS", ConfigType::kInt, "4",
+     "Lock handoffs to waiting threads on the same node before a waiting remote node is served.",
+     "", 1, 1 << 20},
     {"BOOT_ADDR", ConfigType::kString, "", "Set by loomrun: its bootstrap socket.", "", 0, 0, true},
     {"JOB_TOKEN", ConfigType::kString, "", "Set by loomrun: the job's random token.", "", 0, 0,
      true},
@@ -82,7 +91,9 @@ Status parse_int(const ConfigRow& row, std::string_view text, bool size_suffix, 
   if (s.empty()) return bad_value(row, text, size_suffix ? "a size like 64K or 32M" : "an integer");
   char* end = nullptr;
   errno = 0;
-  long long v = std::strtoll(s.c_str(), &end, 10);
+  // Sizes and addresses may be written in hex (0x...).
+  bool hex = size_suffix && s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X');
+  long long v = std::strtoll(s.c_str(), &end, hex ? 16 : 10);
   if (end == s.c_str() || errno == ERANGE)
     return bad_value(row, text, size_suffix ? "a size like 64K or 32M" : "an integer");
   int64_t mult = 1;
@@ -95,6 +106,8 @@ Status parse_int(const ConfigRow& row, std::string_view text, bool size_suffix, 
       mult = kKiB * kKiB;
     else if (c == 'G')
       mult = kKiB * kKiB * kKiB;
+    else if (c == 'T')
+      mult = kKiB * kKiB * kKiB * kKiB;
     else
       return bad_value(row, text, "a size like 64K or 32M");
     rest.remove_prefix(1);

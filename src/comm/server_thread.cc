@@ -75,8 +75,10 @@ void ServerThread::loop() {
   int64_t next_tick = now + opts_.tick_ns;
   unsigned spins = 0;
   while (!stop_.load(std::memory_order_acquire)) {
+    int64_t before = now_ns();
     bool did = comm_.poll();
     now = now_ns();
+    if (did) busy_ns_.fetch_add(now - before, std::memory_order_relaxed);
     if (now >= next_tick) {
       comm_.tick(now);
       next_tick = now + opts_.tick_ns;

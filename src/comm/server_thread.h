@@ -32,6 +32,7 @@ class ServerThread {
   struct Stats {
     uint64_t sleeps = 0;   // times the thread went to sleep
     uint64_t wakeups = 0;  // times epoll returned with an event
+    uint64_t handler_ns = 0;  // time in polls that handled something (handlers, progress)
   };
 
   ServerThread(Comm& comm, Transport& transport, Options options);
@@ -45,7 +46,7 @@ class ServerThread {
   void start();
   void stop();
   bool running() const { return thread_.joinable(); }
-  Stats stats() const { return {sleeps_.load(), wakeups_.load()}; }
+  Stats stats() const { return {sleeps_.load(), wakeups_.load(), busy_ns_.load()}; }
 
  private:
   void loop();
@@ -59,7 +60,7 @@ class ServerThread {
   std::vector<std::function<void()>> fd_handlers_;  // index = epoll data
   std::vector<int> fds_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> sleeps_{0}, wakeups_{0};
+  std::atomic<uint64_t> sleeps_{0}, wakeups_{0}, busy_ns_{0};
   std::thread thread_;
 };
 

@@ -79,6 +79,8 @@ std::unique_ptr<Runtime> Runtime::start() {
   Runtime* raw = rt.get();
   rt->comm_->set_fatal_handler([raw](const Status& why) { raw->on_fatal(why); });
 
+  rt->start_memory();
+
   comm::ServerThread::Options sopts;
   sopts.spin_ns = rt->config_.get_int("SPIN_US") * 1000;
   sopts.tick_ns = std::min<int64_t>(rt->comm_->options().heartbeat_ns / 2, 100'000'000);
@@ -107,9 +109,97 @@ void Runtime::stop() {
   comm_->begin_shutdown();
   if (Status s = bootstrap_->barrier(); !s) comm_->report_fatal(s);
   server_->stop();
+  memory::uninstall_fault_handler();
+  if (dumper_id_ >= 0) log::remove_state_dumper(dumper_id_);
   transport_->close(2000);
   report_stats();
   bootstrap_->finish(0);
+}
+
+void Runtime::start_memory() {
+  auto base = static_cast<uintptr_t>(config_.get_int("REGION_BASE"));
+  auto size = static_cast<size_t>(config_.get_int("REGION_SIZE"));
+  Result<std::unique_ptr<memory::AddressSpace>> space = memory::AddressSpace::create(base, size);
+  if (!space) {
+    bootstrap_->abort_job(space.status().message());
+    log::die(kExitConfig, space.status().message());
+  }
+  space_ = std::move(*space);
+  table_ = std::make_unique<memory::PageTable>(space_->num_pages());
+  heap_ = std::make_unique<memory::Heap>(*comm_, *space_, *table_);
+  hlrc_ = std::make_unique<protocols::hlrc::Hlrc>(*comm_, *space_, *table_, *heap_);
+  locks_ = std::make_unique<sync::LockService>(
+      *comm_, *hlrc_, static_cast<uint32_t>(config_.get_int("LOCK_FAIRNESS")));
+  barriers_ = std::make_unique<sync::BarrierService>(*comm_, *hlrc_, space_->num_pages());
+  // Registered before the start-up barrier: no peer can send these types earlier.
+  for (Status s : {heap_->register_messages(), hlrc_->register_messages(),
+                   locks_->register_messages(), barriers_->register_messages()})
+    LOOM_CHECK(s.ok(), "registering message types: {}", s.to_string());
+  if (Status s = memory::install_fault_handler(space_.get(), hlrc_.get()); !s)
+    log::die(kExitJobFailed, s.to_string());
+  dumper_id_ = log::add_state_dumper([this] {
+    std::fprintf(stderr, "loom[%u] notices stored: %zu\n", comm_->rank(), hlrc_->stored_records());
+  });
+}
+
+nlohmann::json Runtime::dsm_json() const {
+  const protocols::hlrc::Counters& c = hlrc_->counters();
+  auto v = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  nlohmann::json j;
+  j["read_faults"] = v(c.read_faults);
+  j["write_faults"] = v(c.write_faults);
+  j["refaults"] = v(c.refaults);
+  j["pages_fetched"] = v(c.pages_fetched);
+  j["fetch_retries"] = v(c.fetch_retries);
+  j["twins"] = v(c.twins);
+  j["diffs_created"] = v(c.diffs_created);
+  j["diff_bytes"] = v(c.diff_bytes);
+  j["diffs_applied"] = v(c.diffs_applied);
+  j["diff_bytes_applied"] = v(c.diff_bytes_applied);
+  j["diffs_held"] = v(c.diffs_held);
+  j["requests_held"] = v(c.requests_held);
+  j["intervals"] = v(c.intervals);
+  j["notices_sent"] = v(c.notices_sent);
+  j["notices_received"] = v(c.notices_received);
+  j["notices_stored"] = hlrc_->stored_records();
+  j["invalidations"] = v(c.invalidations);
+  j["two_way_merges"] = v(c.two_way_merges);
+  const sync::LockCounters& l = locks_->counters();
+  j["lock_acquires_local"] = v(l.local_acquires);
+  j["lock_acquires_remote"] = v(l.remote_acquires);
+  j["lock_local_handoffs"] = v(l.local_handoffs);
+  j["lock_grants_sent"] = v(l.grants_sent);
+  const sync::BarrierCounters& b = barriers_->counters();
+  j["barrier_waits"] = v(b.waits);
+  memory::AddressSpace::Stats as = space_->stats();
+  j["protect_calls"] = as.protect_calls;
+  j["protection_collapses"] = as.collapses;
+  memory::Heap::Stats hs = heap_->stats();
+  j["allocs"] = hs.allocs;
+  j["frees"] = hs.frees;
+  j["chunks_taken"] = hs.chunks;
+  j["home_queries"] = hs.home_queries;
+  auto ms = [](uint64_t ns) { return static_cast<double>(ns) / 1e6; };
+  j["time_ms"] = {{"page_fetch", ms(v(c.fetch_ns))},
+                  {"home_wait", ms(v(c.home_wait_ns))},
+                  {"lock_wait", ms(v(l.wait_ns))},
+                  {"barrier_wait", ms(v(b.wait_ns))},
+                  {"handlers", ms(server_->stats().handler_ns)}};
+  return j;
+}
+
+std::string Runtime::dsm_table() const {
+  std::string out;
+  nlohmann::json j = dsm_json();
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.value().is_object()) {
+      for (auto t = it.value().begin(); t != it.value().end(); ++t)
+        out += fmt::format("  {:<28} {:.3f}\n", "time_ms." + t.key(), t.value().get<double>());
+    } else {
+      out += fmt::format("  {:<28} {}\n", it.key(), it.value().dump());
+    }
+  }
+  return out;
 }
 
 std::string Runtime::stats_json() const {
@@ -117,6 +207,7 @@ std::string Runtime::stats_json() const {
   j["node"] = comm_->rank();
   j["nodes"] = comm_->size();
   j["messages"] = comm_->counters().to_json(comm_->registry());
+  j["dsm"] = dsm_json();
   auto st = server_->stats();
   j["server"] = {{"sleeps", st.sleeps}, {"wakeups", st.wakeups}};
   return j.dump(2);
@@ -125,7 +216,9 @@ std::string Runtime::stats_json() const {
 void Runtime::report_stats() {
   if (config_.get_bool("STATS")) {
     std::string table = comm_->counters().format_table(comm_->registry());
-    std::fprintf(stderr, "loom[%u] statistics:\n%s", comm_->rank(), table.c_str());
+    std::string dsm = dsm_table();
+    std::fprintf(stderr, "loom[%u] statistics:\n%s  shared memory:\n%s", comm_->rank(),
+                 table.c_str(), dsm.c_str());
   }
   std::string path = config_.get_string("STATS_JSON");
   if (!path.empty()) {

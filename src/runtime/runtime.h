@@ -14,6 +14,12 @@
 #include "comm/comm.h"
 #include "comm/server_thread.h"
 #include "comm/ucx_transport.h"
+#include "memory/address_space.h"
+#include "memory/heap.h"
+#include "memory/page_table.h"
+#include "protocols/hlrc/hlrc.h"
+#include "sync/barriers.h"
+#include "sync/locks.h"
 
 namespace loom::runtime {
 
@@ -36,22 +42,39 @@ class Runtime {
   comm::UcxTransport& transport() { return *transport_; }
   comm::Comm& comm() { return *comm_; }
   comm::ServerThread& server() { return *server_; }
+  memory::AddressSpace& space() { return *space_; }
+  memory::Heap& heap() { return *heap_; }
+  protocols::hlrc::Hlrc& hlrc() { return *hlrc_; }
+  sync::LockService& locks() { return *locks_; }
+  sync::BarrierService& barriers() { return *barriers_; }
   comm::NodeId rank() const { return comm_->rank(); }
   uint32_t size() const { return comm_->size(); }
 
   // The counters as JSON (the object written by LOOM_STATS_JSON).
   std::string stats_json() const;
+  // The shared-memory counters (faults, pages, diffs, notices, locks, barriers, times) as a
+  // table, one "name value" line each.
+  std::string dsm_table() const;
 
  private:
   Runtime() = default;
   void on_fatal(const Status& why);
   void report_stats();
+  void start_memory();
+  nlohmann::json dsm_json() const;
 
   Config config_;
   std::unique_ptr<comm::Bootstrap> bootstrap_;
   std::unique_ptr<comm::UcxTransport> transport_;
   std::unique_ptr<comm::Comm> comm_;
   std::unique_ptr<comm::ServerThread> server_;
+  std::unique_ptr<memory::AddressSpace> space_;
+  std::unique_ptr<memory::PageTable> table_;
+  std::unique_ptr<memory::Heap> heap_;
+  std::unique_ptr<protocols::hlrc::Hlrc> hlrc_;
+  std::unique_ptr<sync::LockService> locks_;
+  std::unique_ptr<sync::BarrierService> barriers_;
+  int dumper_id_ = -1;
   bool stopped_ = false;
 };
 

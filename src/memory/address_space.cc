@@ -1,0 +1,173 @@
+#include "memory/address_space.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "base/log.h"
+
+namespace loom::memory {
+namespace {
+
+int to_native(Prot p) {
+  switch (p) {
+    case Prot::kNone:
+      return PROT_NONE;
+    case Prot::kRead:
+      return PROT_READ;
+    case Prot::kReadWrite:
+      return PROT_READ | PROT_WRITE;
+  }
+  return PROT_NONE;
+}
+
+int64_t read_map_limit() {
+  std::ifstream in("/proc/sys/vm/max_map_count");
+  int64_t v = 0;
+  if (in >> v && v > 0) return v;
+  return 65530;
+}
+
+}  // namespace
+
+const char* prot_name(Prot p) {
+  switch (p) {
+    case Prot::kNone:
+      return "none";
+    case Prot::kRead:
+      return "read";
+    case Prot::kReadWrite:
+      return "read-write";
+  }
+  return "?";
+}
+
+int64_t count_mappings() {
+  int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int64_t lines = 0;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    for (ssize_t i = 0; i < n; ++i) lines += buf[i] == '\n';
+  }
+  ::close(fd);
+  return lines;
+}
+
+Result<std::unique_ptr<AddressSpace>> AddressSpace::create(uintptr_t base, size_t size) {
+  if (base % kPageBytes != 0 || size % kPageBytes != 0 || size == 0)
+    return Status::invalid_argument(fmt::format(
+        "shared region base {:#x} and size {} must be non-zero multiples of the page size", base,
+        size));
+  std::unique_ptr<AddressSpace> as(new AddressSpace());
+  as->size_ = size;
+  as->map_limit_ = read_map_limit();
+  as->fd_ = ::memfd_create("loom-shared", MFD_CLOEXEC);
+  if (as->fd_ < 0)
+    return Status::internal(fmt::format("memfd_create failed: {}", std::strerror(errno)));
+  if (::ftruncate(as->fd_, static_cast<off_t>(size)) != 0)
+    return Status::internal(fmt::format("cannot size the shared region's memfd to {} bytes: {}",
+                                        size, std::strerror(errno)));
+  void* app = ::mmap(reinterpret_cast<void*>(base), size, PROT_NONE,
+                     MAP_SHARED | MAP_FIXED_NOREPLACE | MAP_NORESERVE, as->fd_, 0);
+  if (app == MAP_FAILED) {
+    int err = errno;
+    return Status::invalid_argument(fmt::format(
+        "cannot map the shared region at [{:#x}, {:#x}): {}{} (choose another LOOM_REGION_BASE "
+        "or a smaller LOOM_REGION_SIZE)",
+        base, base + size, std::strerror(err),
+        err == EEXIST ? ": the range is already in use in this process" : ""));
+  }
+  if (reinterpret_cast<uintptr_t>(app) != base) {
+    // Kernels before 4.17 ignore MAP_FIXED_NOREPLACE and may place the mapping elsewhere.
+    ::munmap(app, size);
+    return Status::invalid_argument(
+        fmt::format("the shared region could not be placed at {:#x} (range in use)", base));
+  }
+  as->app_ = static_cast<std::byte*>(app);
+  void* sys = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, as->fd_, 0);
+  if (sys == MAP_FAILED)
+    return Status::internal(
+        fmt::format("cannot map the shared region's system view: {}", std::strerror(errno)));
+  as->sys_ = static_cast<std::byte*>(sys);
+  as->calls_until_check_.store(as->map_limit_ / 4);
+  return as;
+}
+
+AddressSpace::~AddressSpace() {
+  if (app_ != nullptr) ::munmap(app_, size_);
+  if (sys_ != nullptr) ::munmap(sys_, size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void AddressSpace::protect(PageId first, size_t count, Prot prot) {
+  if (count == 0) return;
+  LOOM_CHECK(first + count <= num_pages() && first + count > first,
+             "protect [{}, +{}) outside the region of {} pages", first, count, num_pages());
+  protect_calls_.fetch_add(1, std::memory_order_relaxed);
+  maybe_collapse();
+  void* addr = app_page(first);
+  size_t len = count << kPageShift;
+  if (::mprotect(addr, len, to_native(prot)) == 0) return;
+  int err = errno;
+  if (err == ENOMEM) {
+    // The mapping count hit vm.max_map_count between checks: collapse and try again.
+    collapse();
+    if (::mprotect(addr, len, to_native(prot)) == 0) return;
+    err = errno;
+  }
+  if (err == ENOMEM)
+    log::fatal(fmt::format(
+        "mprotect of pages [{}, +{}) failed with ENOMEM although the shared region was collapsed "
+        "to one mapping: the process has {} mappings, vm.max_map_count is {}. Raise the limit "
+        "(sysctl -w vm.max_map_count=1048576) or use fewer mappings",
+        first, count, count_mappings(), map_limit_));
+  log::fatal(fmt::format("mprotect({}, {} pages, {}) failed: {}", addr, count, prot_name(prot),
+                         std::strerror(err)));
+}
+
+void AddressSpace::maybe_collapse() {
+  if (calls_until_check_.fetch_sub(1, std::memory_order_relaxed) > 0) return;
+  int64_t maps = count_mappings();
+  // why: keep half of vm.max_map_count for the rest of the process (malloc arenas, thread
+  // stacks, UCX); each protection call can add at most two mappings.
+  int64_t budget = map_limit_ / 2;
+  if (maps > budget) {
+    collapse();
+    maps = count_mappings();
+  }
+  calls_until_check_.store(std::max<int64_t>((budget - maps) / 2, 1024), std::memory_order_relaxed);
+}
+
+void AddressSpace::collapse() {
+  // note: every page's intended protection stays in the page table; pages now fault once and
+  // the fault handler restores it. Concurrent protect() calls may land before or after this one;
+  // either order leaves each page at most as open as intended.
+  if (::mprotect(app_, size_, PROT_NONE) != 0)
+    log::fatal(
+        fmt::format("cannot reset the shared region's protection: {}", std::strerror(errno)));
+  collapses_.fetch_add(1, std::memory_order_relaxed);
+  LOOM_DEBUG("shared region collapsed to one mapping ({} so far)", collapses_.load());
+}
+
+void AddressSpace::discard(PageId first, size_t count) {
+  if (count == 0) return;
+  if (::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  static_cast<off_t>(first << kPageShift),
+                  static_cast<off_t>(count << kPageShift)) != 0)
+    LOOM_WARN("cannot release pages [{}, +{}): {}", first, count, std::strerror(errno));
+}
+
+AddressSpace::Stats AddressSpace::stats() const {
+  return {protect_calls_.load(std::memory_order_relaxed),
+          collapses_.load(std::memory_order_relaxed)};
+}
+
+}  // namespace loom::memory

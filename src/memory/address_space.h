@@ -1,0 +1,93 @@
+// AddressSpace: the shared region, at the same virtual address on every node.
+//
+// One memfd backs the region and is mapped twice:
+//   - the application view, at the fixed base, whose per-page protection drives access detection
+//     (PROT_NONE: not present here; PROT_READ: a valid copy; PROT_READ|WRITE: writable);
+//   - the system view, at an address the kernel picks, always readable and writable, where the
+//     runtime installs fetched pages, applies diffs and reads pages to send, without opening the
+//     application view to other threads.
+// Backing is sparse: untouched pages cost nothing.
+//
+// Protections: each page's *intended* protection lives in the page table; the application view
+// may be stricter at any time. When scattered protections have split the mapping into too many
+// pieces (vm.max_map_count, 65 530 by default, also limits malloc and thread stacks), protect()
+// resets the whole application view to PROT_NONE in one call ("collapse"), and each page gets its
+// intended protection back on its next fault. So Loom never fails with ENOMEM from mprotect, at
+// the cost of refaults after a collapse (counted in stats().collapses).
+//
+// Thread safety: all methods may be called from any thread. protect() from application threads
+// and the server thread.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "loom/status.h"
+
+namespace loom::memory {
+
+inline constexpr size_t kPageShift = 12;
+inline constexpr size_t kPageBytes = size_t{1} << kPageShift;
+using PageId = uint64_t;  // index of a page in the region
+
+enum class Prot : uint8_t { kNone = 0, kRead = 1, kReadWrite = 3 };
+const char* prot_name(Prot p);
+
+class AddressSpace {
+ public:
+  // Maps `size` bytes at `base` (both page-aligned). Fails with a message naming the range if
+  // it is already taken or cannot be reserved.
+  static Result<std::unique_ptr<AddressSpace>> create(uintptr_t base, size_t size);
+  ~AddressSpace();
+  AddressSpace(const AddressSpace&) = delete;
+  AddressSpace& operator=(const AddressSpace&) = delete;
+
+  std::byte* app_base() const { return app_; }
+  std::byte* sys_base() const { return sys_; }
+  size_t size() const { return size_; }
+  size_t num_pages() const { return size_ >> kPageShift; }
+
+  bool contains(const void* p) const {
+    auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(app_);
+    return a >= b && a - b < size_;
+  }
+  PageId page_of(const void* p) const {
+    return (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(app_)) >> kPageShift;
+  }
+  std::byte* app_page(PageId p) const { return app_ + (p << kPageShift); }
+  std::byte* sys_page(PageId p) const { return sys_ + (p << kPageShift); }
+
+  // Sets the application view's protection of pages [first, first+count).
+  void protect(PageId first, size_t count, Prot prot);
+  // Drops the contents of pages (they read as zero afterwards, in both views).
+  void discard(PageId first, size_t count);
+
+  struct Stats {
+    uint64_t protect_calls = 0;
+    uint64_t collapses = 0;
+  };
+  Stats stats() const;
+
+ private:
+  AddressSpace() = default;
+  void collapse();
+  void maybe_collapse();
+
+  std::byte* app_ = nullptr;
+  std::byte* sys_ = nullptr;
+  size_t size_ = 0;
+  int fd_ = -1;
+  int64_t map_limit_ = 65530;  // vm.max_map_count
+  // Protection calls until the mapping count must be looked at again (each call adds at most
+  // two mappings).
+  std::atomic<int64_t> calls_until_check_{0};
+  std::atomic<uint64_t> protect_calls_{0};
+  std::atomic<uint64_t> collapses_{0};
+};
+
+// Number of mappings of this process (lines of /proc/self/maps); -1 if unknown.
+int64_t count_mappings();
+
+}  // namespace loom::memory

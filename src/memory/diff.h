@@ -1,0 +1,58 @@
+// Twins and diffs: how a writer tells a page's home which bytes it changed.
+//
+// Before its first write to a shared page in an interval a node keeps a twin (a copy of the page).
+// At release it encodes the diff of the page against the twin and sends it to the page's home,
+// which applies it to the master copy. Several nodes may write disjoint parts of one page in the
+// same interval (false sharing), down to different bytes of one word, so a diff is byte-precise:
+// it carries exactly the bytes that differ, never an unchanged one. Applying an unchanged byte
+// would overwrite another node's concurrent write of that byte at the home.
+//
+// Encoding: a sequence of runs, each
+//
+//   offset size   field
+//   0      2      offset  first byte of the run in the page, little-endian, < kPageSize
+//   2      2      length  bytes in the run, little-endian, >= 1, offset + length <= kPageSize
+//   4      length bytes   the page's new contents at [offset, offset + length)
+//
+// Runs are in increasing offset order and neither overlap nor touch: at least one unchanged byte
+// separates two runs, so each run is a maximal sequence of changed bytes. The empty encoding means
+// "no change". diff_create produces exactly this canonical form; diff_apply rejects anything else.
+//
+// Thread safety: pure functions of their arguments. note: in real use other threads may modify
+// `page` while a diff is created or applied, but only in words the diff does not cover; every
+// load and store goes through memcpy so no access is type-punned.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "loom/status.h"
+
+namespace loom::memory {
+
+inline constexpr size_t kPageSize = 4096;
+// Size of a run's header (offset and length).
+inline constexpr size_t kDiffRunHeaderSize = 4;
+// The largest diff of one page. n runs carry P >= n bytes and need n - 1 unchanged bytes between
+// them, so P + n - 1 <= kPageSize, n <= kPageSize / 2, and the diff's 4n + P bytes are at most
+// this: 10241, for 2047 one-byte runs and one two-byte run.
+inline constexpr size_t kMaxDiffSize = (kDiffRunHeaderSize - 1) * (kPageSize / 2) + kPageSize + 1;
+
+// Appends the diff of `page` against `twin` to *out and returns the number of bytes appended
+// (0 if the pages are identical). If the pages differ, *out is first grown by kMaxDiffSize and
+// then trimmed, so reusing one vector (clear() between pages) avoids allocating per page.
+// REQUIRES: twin and page each point to kPageSize bytes; out != nullptr.
+size_t diff_create(const std::byte* twin, const std::byte* page, std::vector<std::byte>* out);
+
+// Applies an encoded diff to `page` (kPageSize bytes). The whole encoding is validated first: a
+// truncated run, a zero length, a run that leaves the page, or runs that overlap, touch or are out
+// of order give Status::invalid_argument naming the problem and its byte offset in `diff`, and
+// leave `page` untouched.
+Status diff_apply(std::span<const std::byte> diff, std::byte* page);
+
+// The number of changed bytes `diff` carries (the sum of its run lengths), for statistics.
+// REQUIRES: diff is valid (as diff_apply would accept it).
+size_t diff_payload_bytes(std::span<const std::byte> diff);
+
+}  // namespace loom::memory

@@ -1,0 +1,114 @@
+// PageTable: this node's per-page state for the shared region, sparse.
+//
+// Entries exist only for pages this node has looked at: the table is a two-level array whose
+// blocks of 4096 entries are allocated on first use, so a 64 GiB region (16 M pages) costs a
+// 32 KiB top level until pages are touched.
+//
+// Locking: an entry is guarded by its *stripe* lock, lock_of(page) (4096 stripes, page p uses
+// stripe p % 4096). Threads waiting for something to happen to a page (a fetch in flight, diffs
+// the home still lacks) wait on the stripe's condition variable and re-check. A thread holding a
+// stripe lock never takes another stripe lock, except lock_stripes(), which takes a set of them
+// in ascending order. Nothing that can block (a remote operation) happens under a stripe lock.
+//
+// Thread safety: at()/find()/lock_of() from any thread; entry fields only under the stripe lock.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "memory/address_space.h"
+
+namespace loom::memory {
+
+inline constexpr int32_t kHomeUnknown = -1;
+
+// A sparse vector time restricted to the writers of one page: (node, interval) pairs sorted by
+// node. Meaning depends on the field: for `required`, the intervals whose writes this node must
+// see in the page; for `version`, the intervals whose writes the copy holds.
+class VersionVec {
+ public:
+  uint32_t get(uint32_t node) const;
+  // Raises node's entry to at least `interval`.
+  void raise(uint32_t node, uint32_t interval);
+  void raise_all(const VersionVec& other);
+  // True if every entry of `need` is <= ours.
+  bool covers(const VersionVec& need) const;
+  bool empty() const { return v_.empty(); }
+  const std::vector<std::pair<uint32_t, uint32_t>>& entries() const { return v_; }
+  void clear() { v_.clear(); }
+  std::string to_string() const;
+
+ private:
+  std::vector<std::pair<uint32_t, uint32_t>> v_;
+};
+
+struct PageEntry {
+  int32_t home = kHomeUnknown;
+  uint8_t state = 0;           // the protocol's page state
+  Prot prot = Prot::kNone;     // intended protection of the application view
+  bool fetching = false;       // a thread of this node is fetching the page
+  bool in_dirty_list = false;  // listed in the node's dirty pages of the current interval
+  uint32_t last_flush = 0;     // interval of this node's last diff sent for the page
+  std::unique_ptr<std::byte[]> twin;
+  VersionVec required;  // writes this node must see before using the page
+  VersionVec version;   // writes the copy (or, at the home, the master) includes
+};
+
+class PageTable {
+ public:
+  explicit PageTable(size_t num_pages);
+  ~PageTable();
+  PageTable(const PageTable&) = delete;
+  PageTable& operator=(const PageTable&) = delete;
+
+  size_t num_pages() const { return num_pages_; }
+  // The entry, created if needed. REQUIRES: page < num_pages().
+  PageEntry& at(PageId page);
+  // The entry if it exists.
+  PageEntry* find(PageId page) const;
+
+  static constexpr size_t kStripes = 4096;
+  Mutex& lock_of(PageId page) RETURN_CAPABILITY(stripes_[page % kStripes].mu) {
+    return stripes_[page % kStripes].mu;
+  }
+  std::condition_variable_any& cv_of(PageId page) { return stripes_[page % kStripes].cv; }
+  // Wakes threads waiting on pages sharing `page`'s stripe.
+  void notify(PageId page) { stripes_[page % kStripes].cv.notify_all(); }
+
+  // Locks the stripes of `pages` in ascending order (each once); unlocks on destruction.
+  class StripeSet {
+   public:
+    StripeSet(PageTable& table, const std::vector<PageId>& pages) NO_THREAD_SAFETY_ANALYSIS;
+    ~StripeSet() NO_THREAD_SAFETY_ANALYSIS;
+    StripeSet(const StripeSet&) = delete;
+    StripeSet& operator=(const StripeSet&) = delete;
+
+   private:
+    PageTable& table_;
+    std::vector<uint32_t> stripes_;
+  };
+
+  // Entries created so far (for statistics).
+  uint64_t entries() const { return entries_.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr size_t kBlockShift = 12;
+  static constexpr size_t kBlock = size_t{1} << kBlockShift;
+  struct Stripe {
+    Mutex mu;
+    std::condition_variable_any cv;
+  };
+
+  const size_t num_pages_;
+  std::unique_ptr<std::atomic<PageEntry*>[]> blocks_;
+  std::unique_ptr<Stripe[]> stripes_;
+  std::atomic<uint64_t> entries_{0};
+};
+
+}  // namespace loom::memory

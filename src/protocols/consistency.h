@@ -1,0 +1,36 @@
+// Consistency: what the synchronization layer needs from a protocol.
+//
+// A lock grant or a barrier release carries the protocol's consistency information (for HLRC,
+// write notices); the releasing side writes it for the acquirer's vector time, the acquiring
+// side stores it when the message arrives (on the server thread) and applies it in acquire()
+// (on the application thread that acquired).
+//
+// Thread safety: release()/acquire() from application threads; the others from any thread,
+// including message handlers (they never block).
+#pragma once
+
+#include "protocols/hlrc/notices.h"
+
+namespace loom::protocols {
+
+using hlrc::ByteReader;
+using hlrc::ByteWriter;
+using hlrc::VectorTime;
+
+class Consistency {
+ public:
+  virtual ~Consistency() = default;
+  // Ends this node's interval (makes its writes available to later acquirers).
+  virtual void release() = 0;
+  // Brings this node's memory up to everything stored so far.
+  virtual void acquire() = 0;
+  virtual VectorTime vector_time() const = 0;
+  // Appends what a node with vector time `vt` lacks.
+  virtual void write_notices_for(const VectorTime& vt, ByteWriter& w) const = 0;
+  // Stores information from a grant or a release; kMalformed if it does not parse.
+  virtual Status store_notices(ByteReader& r) = 0;
+  // Every node holds everything up to `floor`.
+  virtual void gc(const VectorTime& floor) = 0;
+};
+
+}  // namespace loom::protocols

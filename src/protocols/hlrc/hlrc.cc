@@ -1,0 +1,599 @@
+#include "protocols/hlrc/hlrc.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/log.h"
+#include "memory/diff.h"
+
+namespace loom::protocols::hlrc {
+
+using memory::kPageBytes;
+using memory::PageEntry;
+using memory::PageId;
+using memory::Prot;
+using memory::VersionVec;
+
+namespace {
+
+uint8_t st(PageState s) { return static_cast<uint8_t>(s); }
+
+void write_version(ByteWriter& w, const VersionVec& v) {
+  w.u32(static_cast<uint32_t>(v.entries().size()));
+  for (const auto& [node, interval] : v.entries()) {
+    w.u32(node);
+    w.u32(interval);
+  }
+}
+
+Status read_version(ByteReader& r, uint32_t nodes, VersionVec* out) {
+  uint32_t n;
+  if (!r.u32(&n) || n > nodes) return Status::malformed("version: bad length");
+  for (uint32_t k = 0; k < n; ++k) {
+    uint32_t node, interval;
+    if (!r.u32(&node) || !r.u32(&interval)) return Status::malformed("version: truncated");
+    if (node >= nodes) return Status::malformed("version: node out of range");
+    out->raise(node, interval);
+  }
+  return Status::ok();
+}
+
+int64_t now() { return comm::now_ns(); }
+
+}  // namespace
+
+const char* state_name(uint8_t s) {
+  switch (static_cast<PageState>(s)) {
+    case PageState::kUnknown:
+      return "unknown";
+    case PageState::kInvalid:
+      return "invalid";
+    case PageState::kReadOnly:
+      return "read-only";
+    case PageState::kWritable:
+      return "writable";
+    case PageState::kHomePrivate:
+      return "home-private";
+    case PageState::kHomeShared:
+      return "home-shared";
+  }
+  return "?";
+}
+
+Hlrc::Hlrc(comm::Comm& comm, memory::AddressSpace& space, memory::PageTable& table,
+           memory::Heap& heap)
+    : comm_(comm),
+      space_(space),
+      table_(table),
+      heap_(heap),
+      me_(comm.rank()),
+      nodes_(comm.size()),
+      store_(comm.size()),
+      applied_(comm.size(), 0) {}
+
+Hlrc::~Hlrc() = default;
+
+Status Hlrc::register_messages() {
+  comm::MessageRegistry& reg = comm_.registry();
+  Status s = reg.add(
+      msg::kPageRequest, "hlrc.page_request",
+      [this](comm::Incoming& in) { return on_page_request(in); },
+      [](std::span<const std::byte> p) {
+        uint64_t page = 0;
+        if (p.size() >= 8) std::memcpy(&page, p.data(), 8);
+        return fmt::format("page={}", page);
+      });
+  if (!s) return s;
+  return reg.add(
+      msg::kDiffs, "hlrc.diffs", [this](comm::Incoming& in) { return on_diffs(in); },
+      [](std::span<const std::byte> p) {
+        uint32_t h[3] = {};
+        if (p.size() >= sizeof h) std::memcpy(h, p.data(), sizeof h);
+        return fmt::format("writer={} interval={} pages={} bytes={}", h[0], h[1], h[2], p.size());
+      });
+}
+
+std::string Hlrc::dump_page(PageId page) {
+  PageEntry* e = table_.find(page);
+  if (e == nullptr) return fmt::format("page {}: no entry", page);
+  return fmt::format(
+      "page {} on node {}: home={} state={} prot={} fetching={} dirty={} twin={} last_flush={} "
+      "required={} version={}",
+      page, me_, e->home, state_name(e->state), memory::prot_name(e->prot), e->fetching,
+      e->in_dirty_list, e->twin != nullptr, e->last_flush, e->required.to_string(),
+      e->version.to_string());
+}
+
+// --- Faults ---------------------------------------------------------------------------------
+
+void Hlrc::add_dirty(PageId page, PageEntry& e) {
+  if (e.in_dirty_list) return;
+  e.in_dirty_list = true;
+  MutexLock l(dirty_mu_);
+  dirty_.push_back(page);
+}
+
+bool Hlrc::on_fault(void* addr, bool is_write) {
+  const PageId page = space_.page_of(addr);
+  PageEntry& e = table_.at(page);
+  if (is_write)
+    counters_.write_faults.fetch_add(1, std::memory_order_relaxed);
+  else
+    counters_.read_faults.fetch_add(1, std::memory_order_relaxed);
+  for (;;) {
+    int32_t home;
+    {
+      MutexLock l(table_.lock_of(page));
+      home = e.home;
+    }
+    if (home == memory::kHomeUnknown) {
+      home = heap_.resolve_home(page);
+      if (home == memory::kNotAllocated) return false;
+    }
+    MutexLock l(table_.lock_of(page));
+    // The intended protection already allows the access: the view was collapsed, or another
+    // thread handled this page meanwhile. Just restore it.
+    if (is_write ? e.prot == Prot::kReadWrite : e.prot != Prot::kNone) {
+      counters_.refaults.fetch_add(1, std::memory_order_relaxed);
+      space_.protect(page, 1, e.prot);
+      return true;
+    }
+    if (e.home == static_cast<int32_t>(me_)) return fault_home(page, e, is_write, l);
+    switch (static_cast<PageState>(e.state)) {
+      case PageState::kReadOnly: {
+        // First write in this interval: twin, then open for writing.
+        LOOM_CHECK(is_write, "read fault on a read-only copy: {}", dump_page(page));
+        e.twin.reset(new std::byte[kPageBytes]);
+        std::memcpy(e.twin.get(), space_.sys_page(page), kPageBytes);
+        counters_.twins.fetch_add(1, std::memory_order_relaxed);
+        e.state = st(PageState::kWritable);
+        e.prot = Prot::kReadWrite;
+        add_dirty(page, e);
+        space_.protect(page, 1, e.prot);
+        return true;
+      }
+      case PageState::kUnknown:
+      case PageState::kInvalid:
+        if (e.fetching) {
+          // Another thread of this node is fetching the page: one fetch serves both.
+          table_.cv_of(page).wait(table_.lock_of(page));
+          continue;
+        }
+        e.fetching = true;
+        break;
+      default:
+        log::fatal(fmt::format("fault in an impossible state: {}", dump_page(page)));
+    }
+    break;
+  }
+  return fetch(page, is_write);
+}
+
+bool Hlrc::fault_home(PageId page, PageEntry& e, bool is_write, MutexLock& held) {
+  (void)held;
+  if (!e.version.covers(e.required)) {
+    // An acquire told us of writes whose diffs have not reached us yet.
+    int64_t t0 = now();
+    while (!e.version.covers(e.required)) table_.cv_of(page).wait(table_.lock_of(page));
+    counters_.home_wait_ns.fetch_add(now() - t0, std::memory_order_relaxed);
+  }
+  switch (static_cast<PageState>(e.state)) {
+    case PageState::kUnknown:
+    case PageState::kHomePrivate:
+      e.state = st(PageState::kHomePrivate);
+      e.prot = Prot::kReadWrite;
+      break;
+    case PageState::kHomeShared:
+      if (is_write) add_dirty(page, e);
+      e.prot = e.in_dirty_list ? Prot::kReadWrite : Prot::kRead;
+      break;
+    default:
+      log::fatal(fmt::format("home page in a cached-copy state: {}", dump_page(page)));
+  }
+  space_.protect(page, 1, e.prot);
+  return true;
+}
+
+bool Hlrc::fetch(PageId page, bool is_write) {
+  PageEntry& e = table_.at(page);
+  int64_t t0 = now();
+  for (;;) {
+    std::vector<std::byte> req;
+    int32_t home;
+    {
+      MutexLock l(table_.lock_of(page));
+      home = e.home;
+      ByteWriter w(&req);
+      w.u64(page);
+      write_version(w, e.required);
+    }
+    Result<comm::Buffer> reply =
+        comm_.call(static_cast<comm::NodeId>(home), msg::kPageRequest, req);
+    if (!reply)
+      log::fatal(fmt::format("fetching page {} from node {} failed: {}", page, home,
+                             reply.status().to_string()));
+    ByteReader r(reply->span());
+    VersionVec stamp;
+    std::span<const std::byte> data;
+    if (Status s = read_version(r, nodes_, &stamp); !s || !r.bytes(kPageBytes, &data) || r.left())
+      log::fatal(fmt::format("malformed page reply for page {} from node {}", page, home));
+    counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
+
+    MutexLock l(table_.lock_of(page));
+    if (!stamp.covers(e.required)) {
+      // A newer write notice arrived while the request was in flight: this copy is too old.
+      counters_.fetch_retries.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    std::byte* sys = space_.sys_page(page);
+    if (e.twin != nullptr) {
+      // Two-way diffing: unreleased local writes survive the new version.
+      std::vector<std::byte> local;
+      memory::diff_create(e.twin.get(), sys, &local);
+      std::memcpy(e.twin.get(), data.data(), kPageBytes);
+      std::memcpy(sys, data.data(), kPageBytes);
+      Status s = memory::diff_apply(local, sys);
+      LOOM_CHECK(s.ok(), "re-applying local writes: {}: {}", s.to_string(), dump_page(page));
+      counters_.two_way_merges.fetch_add(1, std::memory_order_relaxed);
+      e.state = st(PageState::kWritable);
+      e.prot = Prot::kReadWrite;
+    } else {
+      std::memcpy(sys, data.data(), kPageBytes);
+      if (is_write) {
+        e.twin.reset(new std::byte[kPageBytes]);
+        std::memcpy(e.twin.get(), data.data(), kPageBytes);
+        counters_.twins.fetch_add(1, std::memory_order_relaxed);
+        e.state = st(PageState::kWritable);
+        e.prot = Prot::kReadWrite;
+        add_dirty(page, e);
+      } else {
+        e.state = st(PageState::kReadOnly);
+        e.prot = Prot::kRead;
+      }
+    }
+    e.version = std::move(stamp);
+    e.fetching = false;
+    space_.protect(page, 1, e.prot);
+    table_.notify(page);
+    counters_.fetch_ns.fetch_add(now() - t0, std::memory_order_relaxed);
+    return true;
+  }
+}
+
+// --- Release and acquire --------------------------------------------------------------------
+
+void Hlrc::protect_ranges(std::vector<PageId> pages, Prot prot) {
+  std::sort(pages.begin(), pages.end());
+  size_t i = 0;
+  while (i < pages.size()) {
+    size_t j = i + 1;
+    while (j < pages.size() && pages[j] == pages[j - 1] + 1) ++j;
+    space_.protect(pages[i], j - i, prot);
+    i = j;
+  }
+}
+
+void Hlrc::release() {
+  MutexLock rl(release_mu_);
+  std::vector<PageId> pages;
+  {
+    MutexLock l(dirty_mu_);
+    pages.swap(dirty_);
+  }
+  if (pages.empty()) return;
+  std::sort(pages.begin(), pages.end());
+  uint32_t interval;
+  {
+    MutexLock l(notices_mu_);
+    interval = store_.known()[me_] + 1;
+  }
+  std::map<int32_t, DiffBatch> batches;
+  Record rec{me_, interval, {}};
+  {
+    memory::PageTable::StripeSet locks(table_, pages);
+    // Write-protect first: a local thread writing meanwhile now faults and waits for the
+    // stripe, so the diff below sees every write of this interval and none of the next.
+    std::vector<PageId> open;
+    for (PageId p : pages)
+      if (table_.at(p).prot == Prot::kReadWrite) open.push_back(p);
+    protect_ranges(open, Prot::kRead);
+    for (PageId p : pages) {
+      PageEntry& e = table_.at(p);
+      e.in_dirty_list = false;
+      if (e.home == static_cast<int32_t>(me_)) {
+        e.version.raise(me_, interval);
+        if (e.prot == Prot::kReadWrite) e.prot = Prot::kRead;
+        rec.pages.push_back(p);
+        continue;
+      }
+      if (e.twin == nullptr) continue;
+      DiffBatch& b = batches[e.home];
+      ByteWriter w(&b.bytes);
+      size_t at = w.size();
+      w.u64(p);
+      w.u32(e.last_flush);
+      w.u32(0);  // length, patched below
+      size_t n = memory::diff_create(e.twin.get(), space_.sys_page(p), &b.bytes);
+      e.twin.reset();
+      if (n == 0) {
+        b.bytes.resize(at);
+      } else {
+        w.patch_u32(at + 12, static_cast<uint32_t>(n));
+        ++b.count;
+        e.last_flush = interval;
+        // The home must include this diff in any copy we fetch from now on, and our own copy
+        // (if valid) already does.
+        e.required.raise(me_, interval);
+        e.version.raise(me_, interval);
+        rec.pages.push_back(p);
+        counters_.diffs_created.fetch_add(1, std::memory_order_relaxed);
+        counters_.diff_bytes.fetch_add(n, std::memory_order_relaxed);
+      }
+      if (e.state == st(PageState::kWritable)) {
+        e.state = st(PageState::kReadOnly);
+        e.prot = Prot::kRead;
+      }
+    }
+  }
+  if (rec.pages.empty()) return;
+  {
+    MutexLock l(notices_mu_);
+    store_.add(std::move(rec));
+    applied_[me_] = interval;
+  }
+  counters_.intervals.fetch_add(1, std::memory_order_relaxed);
+  for (auto& [home, b] : batches) {
+    if (b.count == 0) continue;
+    std::vector<std::byte> payload;
+    ByteWriter w(&payload);
+    w.u32(me_);
+    w.u32(interval);
+    w.u32(b.count);
+    w.bytes(b.bytes);
+    Status s = comm_.send(static_cast<comm::NodeId>(home), msg::kDiffs, payload);
+    LOOM_CHECK(s.ok(), "sending diffs to node {}: {}", home, s.to_string());
+  }
+}
+
+void Hlrc::acquire() {
+  if (!unapplied_.load(std::memory_order_acquire)) return;
+  MutexLock al(acquire_mu_);
+  for (;;) {
+    std::vector<Record> todo;
+    VectorTime target;
+    {
+      MutexLock l(notices_mu_);
+      target = store_.known();
+      for (uint32_t w = 0; w < nodes_; ++w) {
+        if (w == me_) continue;
+        for (uint32_t i = applied_[w] + 1; i <= target[w]; ++i) {
+          const Record* r = store_.find(w, i);
+          LOOM_CHECK(r != nullptr, "notice ({}, {}) to apply is no longer stored: {}", w, i,
+                     store_.to_string());
+          todo.push_back(*r);
+        }
+      }
+      if (todo.empty()) {
+        // note: cleared only once everything known is applied, so a thread that sees false
+        // here can rely on its earlier acquire's notices being in effect.
+        unapplied_.store(false, std::memory_order_release);
+        return;
+      }
+    }
+    apply_records(todo);
+    MutexLock l(notices_mu_);
+    for (uint32_t w = 0; w < nodes_; ++w)
+      if (w != me_) applied_[w] = std::max(applied_[w], target[w]);
+  }
+}
+
+void Hlrc::apply_records(const std::vector<Record>& records) {
+  std::unordered_map<PageId, VersionVec> need;
+  for (const Record& r : records)
+    for (PageId p : r.pages) need[p].raise(r.writer, r.interval);
+  std::vector<PageId> pages;
+  pages.reserve(need.size());
+  for (const auto& [p, v] : need) pages.push_back(p);
+  std::sort(pages.begin(), pages.end());
+  memory::PageTable::StripeSet locks(table_, pages);
+  std::vector<PageId> close;
+  for (PageId p : pages) {
+    PageEntry& e = table_.at(p);
+    e.required.raise_all(need[p]);
+    if (e.version.covers(e.required)) continue;  // our copy already has those writes
+    if (e.home == static_cast<int32_t>(me_)) {
+      // The master copy lacks diffs still in flight: no access until they arrive.
+      if (e.prot != Prot::kNone) close.push_back(p);
+      e.prot = Prot::kNone;
+    } else if (e.state == st(PageState::kReadOnly) || e.state == st(PageState::kWritable)) {
+      e.state = st(PageState::kInvalid);  // a twin, if any, stays: two-way diff on next access
+      e.prot = Prot::kNone;
+      close.push_back(p);
+      counters_.invalidations.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  protect_ranges(close, Prot::kNone);
+}
+
+VectorTime Hlrc::vector_time() const {
+  MutexLock l(notices_mu_);
+  return store_.known();
+}
+
+void Hlrc::write_notices_for(const VectorTime& vt, ByteWriter& w) const {
+  MutexLock l(notices_mu_);
+  std::vector<const Record*> recs = store_.newer_than(vt);
+  write_records(w, recs);
+  counters_.notices_sent.fetch_add(recs.size(), std::memory_order_relaxed);
+}
+
+Status Hlrc::store_notices(ByteReader& r) {
+  Result<std::vector<Record>> recs = read_records(r, nodes_, space_.num_pages());
+  if (!recs) return recs.status();
+  MutexLock l(notices_mu_);
+  bool fresh = false;
+  for (Record& rec : *recs) {
+    uint32_t w = rec.writer;
+    if (store_.add(std::move(rec)) && w != me_) {
+      fresh = true;
+      counters_.notices_received.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (fresh) unapplied_.store(true, std::memory_order_release);
+  return Status::ok();
+}
+
+void Hlrc::gc(const VectorTime& floor) {
+  MutexLock l(notices_mu_);
+  VectorTime f(nodes_);
+  // note: never drop a record this node has not applied yet.
+  for (uint32_t w = 0; w < nodes_; ++w)
+    f[w] = std::min(floor[w], w == me_ ? store_.known()[w] : applied_[w]);
+  store_.gc(f);
+}
+
+size_t Hlrc::stored_records() const {
+  MutexLock l(notices_mu_);
+  return store_.stored();
+}
+
+// --- Home side ------------------------------------------------------------------------------
+
+Status Hlrc::on_page_request(comm::Incoming& in) {
+  ByteReader r(in.payload());
+  uint64_t page;
+  VersionVec need;
+  if (!r.u64(&page) || page >= space_.num_pages())
+    return Status::malformed("page request: bad page number");
+  if (Status s = read_version(r, nodes_, &need); !s) return s;
+  if (r.left() != 0) return Status::malformed("page request: trailing bytes");
+  PageEntry& e = table_.at(page);
+  MutexLock l(table_.lock_of(page));
+  if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
+  LOOM_CHECK(e.home == static_cast<int32_t>(me_), "node {} asked for page {} here: {}", in.src(),
+             page, dump_page(page));
+  if (e.state == st(PageState::kUnknown)) {
+    e.state = st(PageState::kHomeShared);
+  } else if (e.state == st(PageState::kHomePrivate)) {
+    // The page becomes shared. Writes made while it was private carry no notice, so count the
+    // page as written in the current interval: the next release announces it, and from then on
+    // writes are detected. It stays writable until that release.
+    e.state = st(PageState::kHomeShared);
+    add_dirty(page, e);
+  }
+  if (!e.version.covers(need)) {
+    counters_.requests_held.fetch_add(1, std::memory_order_relaxed);
+    MutexLock h(held_mu_);
+    held_requests_[page].push_back({in.reply_to(), std::move(need)});
+    return Status::ok();
+  }
+  return reply_page_locked(page, e, in.reply_to());
+}
+
+Status Hlrc::reply_page_locked(PageId page, PageEntry& e, const comm::ReplyTo& to) {
+  std::vector<std::byte> out;
+  out.reserve(kPageBytes + 16 + 8 * e.version.entries().size());
+  ByteWriter w(&out);
+  write_version(w, e.version);
+  w.bytes({space_.sys_page(page), kPageBytes});
+  return comm_.reply(to, out);
+}
+
+Status Hlrc::on_diffs(comm::Incoming& in) {
+  ByteReader r(in.payload());
+  uint32_t writer, interval, count;
+  if (!r.u32(&writer) || !r.u32(&interval) || !r.u32(&count) || writer >= nodes_ ||
+      writer != in.src() || interval == 0)
+    return Status::malformed("diffs: bad header");
+  for (uint32_t k = 0; k < count; ++k) {
+    uint64_t page;
+    uint32_t prev, len;
+    std::span<const std::byte> diff;
+    if (!r.u64(&page) || !r.u32(&prev) || !r.u32(&len) || !r.bytes(len, &diff) ||
+        page >= space_.num_pages() || prev >= interval)
+      return Status::malformed("diffs: bad page entry");
+    PageEntry& e = table_.at(page);
+    MutexLock l(table_.lock_of(page));
+    if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
+    if (e.home != static_cast<int32_t>(me_))
+      return Status::malformed(fmt::format("diff for page {} whose home is node {}", page, e.home));
+    apply_diff_locked(page, e, writer, interval, prev, diff);
+  }
+  if (r.left() != 0) return Status::malformed("diffs: trailing bytes");
+  return Status::ok();
+}
+
+void Hlrc::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_t interval,
+                             uint32_t prev, std::span<const std::byte> diff) {
+  uint32_t have = e.version.get(writer);
+  LOOM_CHECK(have <= prev, "diff ({}, {}) for page {} arrived twice or out of order: {}", writer,
+             interval, page, dump_page(page));
+  if (have < prev) {
+    // An earlier diff of the same writer for this page is still in flight (messages from one
+    // node may be reordered): keep this one until it has been applied.
+    counters_.diffs_held.fetch_add(1, std::memory_order_relaxed);
+    MutexLock h(held_mu_);
+    held_diffs_[page].push_back({writer, interval, prev, {diff.begin(), diff.end()}});
+    return;
+  }
+  Status s = memory::diff_apply(diff, space_.sys_page(page));
+  LOOM_CHECK(s.ok(), "diff from node {} for page {}: {}", writer, page, s.to_string());
+  e.version.raise(writer, interval);
+  counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
+  counters_.diff_bytes_applied.fetch_add(diff.size(), std::memory_order_relaxed);
+  // Held diffs this one unblocks.
+  for (bool progress = true; progress;) {
+    progress = false;
+    HeldDiff next;
+    {
+      MutexLock h(held_mu_);
+      auto it = held_diffs_.find(page);
+      if (it == held_diffs_.end()) break;
+      auto& v = it->second;
+      for (size_t k = 0; k < v.size(); ++k) {
+        if (v[k].prev == e.version.get(v[k].writer)) {
+          next = std::move(v[k]);
+          v.erase(v.begin() + static_cast<ptrdiff_t>(k));
+          if (v.empty()) held_diffs_.erase(it);
+          progress = true;
+          break;
+        }
+      }
+    }
+    if (progress) {
+      Status s2 = memory::diff_apply(next.diff, space_.sys_page(page));
+      LOOM_CHECK(s2.ok(), "held diff for page {}: {}", page, s2.to_string());
+      e.version.raise(next.writer, next.interval);
+      counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  answer_held_locked(page, e);
+  table_.notify(page);
+}
+
+void Hlrc::answer_held_locked(PageId page, PageEntry& e) {
+  std::vector<comm::ReplyTo> ready;
+  {
+    MutexLock h(held_mu_);
+    auto it = held_requests_.find(page);
+    if (it == held_requests_.end()) return;
+    auto& v = it->second;
+    for (size_t k = 0; k < v.size();) {
+      if (e.version.covers(v[k].need)) {
+        ready.push_back(v[k].to);
+        v.erase(v.begin() + static_cast<ptrdiff_t>(k));
+      } else {
+        ++k;
+      }
+    }
+    if (v.empty()) held_requests_.erase(it);
+  }
+  for (const comm::ReplyTo& to : ready) {
+    Status s = reply_page_locked(page, e, to);
+    if (!s) LOOM_WARN("answering a held request for page {}: {}", page, s.to_string());
+  }
+}
+
+}  // namespace loom::protocols::hlrc

@@ -1,0 +1,157 @@
+// Home-based lazy release consistency (HLRC), multiple writers, several threads per node.
+//
+// The design and its page state machine are in docs/protocols/hlrc.md; in short:
+//   - Every page has a home holding the master copy. Other nodes cache copies.
+//   - A write to a cached copy makes a twin first; at a release the node write-protects its dirty
+//     pages, diffs them against their twins and sends the diffs to the homes (asynchronously),
+//     and records a write notice (its node, the new interval, the pages).
+//   - Write notices travel with synchronization (lock grants, barrier releases). An acquire
+//     invalidates the copies the notices name; the next access fetches the page from its home at
+//     a version that includes every notice seen: the home holds the request until those diffs
+//     have arrived, and the requester rejects a copy older than it needs (version-stamped).
+//   - The home writes its master copy in place (no twin); its writes still produce notices.
+//     A home page no other node has fetched is *private*: writable, no write detection, no
+//     notices, until the first remote fetch.
+//   - Intervals are per node. A release by any thread flushes the node's dirty pages. A copy
+//     invalidated while it holds unreleased local writes keeps its twin; on the next access the
+//     node fetches the new version and re-applies its own changes (two-way diffing).
+//
+// Threads: on_fault(), acquire() and release() run on application threads and may wait; the
+// message handlers run on the server thread, never wait and never touch the application view
+// (they read and write pages through the system view).
+//
+// Thread safety: every public method may be called from any application thread concurrently.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "comm/comm.h"
+#include "memory/address_space.h"
+#include "memory/fault.h"
+#include "memory/heap.h"
+#include "memory/page_table.h"
+#include "protocols/consistency.h"
+#include "protocols/hlrc/notices.h"
+
+namespace loom::protocols::hlrc {
+
+namespace msg {
+inline constexpr comm::MsgType kPageRequest = comm::msg_range::kProtocols + 0;
+inline constexpr comm::MsgType kDiffs = comm::msg_range::kProtocols + 1;
+}  // namespace msg
+
+// Page states (PageEntry::state).
+enum class PageState : uint8_t {
+  kUnknown = 0,      // never used here
+  kInvalid = 1,      // cached copy not valid (may keep a twin: unreleased local writes)
+  kReadOnly = 2,     // valid cached copy, clean
+  kWritable = 3,     // valid cached copy with a twin, written in this interval
+  kHomePrivate = 4,  // home, no other node has a copy: writable without detection
+  kHomeShared = 5,   // home, copies exist elsewhere: writes are detected (dirty list)
+};
+const char* state_name(uint8_t s);
+
+struct Counters {
+  std::atomic<uint64_t> read_faults{0}, write_faults{0}, refaults{0}, pages_fetched{0},
+      fetch_retries{0}, twins{0}, diffs_created{0}, diff_bytes{0}, diffs_applied{0},
+      diff_bytes_applied{0}, diffs_held{0}, requests_held{0}, intervals{0}, notices_sent{0},
+      notices_received{0}, invalidations{0}, two_way_merges{0}, fetch_ns{0}, home_wait_ns{0};
+};
+
+class Hlrc final : public memory::FaultTarget, public Consistency {
+ public:
+  Hlrc(comm::Comm& comm, memory::AddressSpace& space, memory::PageTable& table, memory::Heap& heap);
+  ~Hlrc();
+  Hlrc(const Hlrc&) = delete;
+  Hlrc& operator=(const Hlrc&) = delete;
+
+  Status register_messages();
+
+  // FaultTarget.
+  bool on_fault(void* addr, bool is_write) override;
+
+  // Ends this node's interval: flushes every dirty page (diffs to homes) and records the write
+  // notice. No-op if nothing was written. Application threads.
+  void release() override;
+  // Applies every stored notice not yet applied (invalidates what others wrote). Cheap when
+  // there is nothing new. Application threads.
+  void acquire() override;
+
+  // --- For the synchronization layer (any thread, including handlers) ------------------------
+  VectorTime vector_time() const override;
+  // Appends the records a node with vector time `vt` lacks.
+  void write_notices_for(const VectorTime& vt, ByteWriter& w) const override;
+  // Parses a record set and stores the new records (applied by the next acquire()).
+  Status store_notices(ByteReader& r) override;
+  // Every node holds the records up to `floor`: drop them.
+  void gc(const VectorTime& floor) override;
+  size_t stored_records() const;
+
+  const Counters& counters() const { return counters_; }
+  std::string dump_page(memory::PageId page);
+
+ private:
+  struct HeldRequest {
+    comm::ReplyTo to;
+    memory::VersionVec need;
+  };
+  struct HeldDiff {
+    uint32_t writer, interval, prev;
+    std::vector<std::byte> diff;
+  };
+  struct DiffBatch {
+    std::vector<std::byte> bytes;
+    uint32_t count = 0;
+  };
+
+  bool fault_home(memory::PageId page, memory::PageEntry& e, bool is_write, MutexLock& held);
+  bool fetch(memory::PageId page, bool is_write);
+  void add_dirty(memory::PageId page, memory::PageEntry& e);
+  void protect_ranges(std::vector<memory::PageId> pages, memory::Prot prot);
+  void apply_records(const std::vector<Record>& records);
+
+  Status on_page_request(comm::Incoming& in);
+  Status on_diffs(comm::Incoming& in);
+  // Home side, stripe lock held: applies a diff if it is next in the writer's order, then any
+  // held diffs it unblocks, then answers held requests now satisfied.
+  void apply_diff_locked(memory::PageId page, memory::PageEntry& e, uint32_t writer,
+                         uint32_t interval, uint32_t prev, std::span<const std::byte> diff);
+  void answer_held_locked(memory::PageId page, memory::PageEntry& e);
+  Status reply_page_locked(memory::PageId page, memory::PageEntry& e, const comm::ReplyTo& to);
+
+  comm::Comm& comm_;
+  memory::AddressSpace& space_;
+  memory::PageTable& table_;
+  memory::Heap& heap_;
+  const comm::NodeId me_;
+  const uint32_t nodes_;
+  mutable Counters counters_;
+
+  // Pages written in the current interval.
+  Mutex dirty_mu_ ACQUIRED_AFTER(release_mu_);
+  std::vector<memory::PageId> dirty_ GUARDED_BY(dirty_mu_);
+
+  // One release at a time per node (intervals are per node).
+  Mutex release_mu_;
+  // One acquire at a time applies notices.
+  Mutex acquire_mu_;
+
+  mutable Mutex notices_mu_;
+  NoticeStore store_ GUARDED_BY(notices_mu_);
+  VectorTime applied_ GUARDED_BY(notices_mu_);  // records applied (invalidations done)
+  std::atomic<bool> unapplied_{false};
+
+  // Home side: requests and diffs waiting for diffs that have not arrived yet. Guarded by the
+  // page's stripe lock (they are keyed by page), plus held_mu_ for the maps themselves.
+  Mutex held_mu_;
+  std::unordered_map<memory::PageId, std::vector<HeldRequest>> held_requests_ GUARDED_BY(held_mu_);
+  std::unordered_map<memory::PageId, std::vector<HeldDiff>> held_diffs_ GUARDED_BY(held_mu_);
+};
+
+}  // namespace loom::protocols::hlrc

@@ -1,0 +1,136 @@
+#include "protocols/hlrc/notices.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "base/log.h"
+
+namespace loom::protocols::hlrc {
+
+void ByteWriter::put(const void* p, size_t n) {
+  auto* b = static_cast<const std::byte*>(p);
+  out_->insert(out_->end(), b, b + n);
+}
+
+void ByteWriter::patch_u32(size_t offset, uint32_t v) {
+  LOOM_CHECK(offset + sizeof v <= out_->size(), "patch at {} beyond {}", offset, out_->size());
+  std::memcpy(out_->data() + offset, &v, sizeof v);
+}
+
+bool ByteReader::get(void* p, size_t n) {
+  if (in_.size() - pos_ < n) return false;
+  std::memcpy(p, in_.data() + pos_, n);
+  pos_ += n;
+  return true;
+}
+
+bool ByteReader::bytes(size_t n, std::span<const std::byte>* out) {
+  if (in_.size() - pos_ < n) return false;
+  *out = in_.subspan(pos_, n);
+  pos_ += n;
+  return true;
+}
+
+void write_records(ByteWriter& w, const std::vector<const Record*>& records) {
+  w.u32(static_cast<uint32_t>(records.size()));
+  for (const Record* r : records) {
+    w.u32(r->writer);
+    w.u32(r->interval);
+    w.u32(static_cast<uint32_t>(r->pages.size()));
+    for (uint64_t p : r->pages) w.u64(p);
+  }
+}
+
+Result<std::vector<Record>> read_records(ByteReader& r, uint32_t nodes, uint64_t num_pages) {
+  uint32_t count;
+  if (!r.u32(&count)) return Status::malformed("write notices: truncated count");
+  // Each record takes at least 12 bytes: refuse counts the payload cannot hold.
+  if (count > r.left() / 12) return Status::malformed("write notices: count exceeds the payload");
+  std::vector<Record> out(count);
+  for (Record& rec : out) {
+    uint32_t n;
+    if (!r.u32(&rec.writer) || !r.u32(&rec.interval) || !r.u32(&n))
+      return Status::malformed("write notices: truncated record");
+    if (rec.writer >= nodes || rec.interval == 0)
+      return Status::malformed(
+          fmt::format("write notices: record ({}, {}) out of range", rec.writer, rec.interval));
+    if (n > r.left() / 8) return Status::malformed("write notices: page count exceeds the payload");
+    rec.pages.resize(n);
+    for (uint64_t& p : rec.pages) {
+      r.u64(&p);
+      if (p >= num_pages)
+        return Status::malformed(fmt::format("write notices: page {} outside the region", p));
+    }
+  }
+  return out;
+}
+
+void write_vt(ByteWriter& w, const VectorTime& vt) {
+  w.u32(static_cast<uint32_t>(vt.size()));
+  for (uint32_t v : vt) w.u32(v);
+}
+
+Result<VectorTime> read_vt(ByteReader& r, uint32_t nodes) {
+  uint32_t n;
+  if (!r.u32(&n) || n != nodes) return Status::malformed("vector time: wrong length");
+  VectorTime vt(n);
+  for (uint32_t& v : vt)
+    if (!r.u32(&v)) return Status::malformed("vector time: truncated");
+  return vt;
+}
+
+bool NoticeStore::add(Record record) {
+  uint32_t w = record.writer;
+  if (record.interval <= known_[w]) return false;
+  LOOM_CHECK(record.interval == known_[w] + 1,
+             "write notice ({}, {}) arrived but node {}'s notices are known only up to {} (a gap "
+             "in the vector time); store: {}",
+             w, record.interval, w, known_[w], to_string());
+  known_[w] = record.interval;
+  per_writer_[w].push_back(std::move(record));
+  return true;
+}
+
+std::vector<const Record*> NoticeStore::newer_than(const VectorTime& vt) const {
+  std::vector<const Record*> out;
+  for (size_t w = 0; w < per_writer_.size(); ++w) {
+    uint32_t from = std::max(vt[w], floor_[w]);
+    const auto& q = per_writer_[w];
+    if (q.empty() || q.back().interval <= from) continue;
+    // Intervals in q are consecutive, so the first wanted one is at a computable index.
+    size_t start = from >= q.front().interval ? from - q.front().interval + 1 : 0;
+    for (size_t k = start; k < q.size(); ++k) out.push_back(&q[k]);
+  }
+  return out;
+}
+
+void NoticeStore::gc(const VectorTime& floor) {
+  for (size_t w = 0; w < per_writer_.size(); ++w) {
+    floor_[w] = std::max(floor_[w], floor[w]);
+    auto& q = per_writer_[w];
+    while (!q.empty() && q.front().interval <= floor_[w]) q.pop_front();
+  }
+}
+
+const Record* NoticeStore::find(uint32_t writer, uint32_t interval) const {
+  const auto& q = per_writer_[writer];
+  if (q.empty() || interval < q.front().interval || interval > q.back().interval) return nullptr;
+  return &q[interval - q.front().interval];
+}
+
+size_t NoticeStore::stored() const {
+  size_t n = 0;
+  for (const auto& q : per_writer_) n += q.size();
+  return n;
+}
+
+std::string NoticeStore::to_string() const {
+  std::string s = "known=[";
+  for (size_t w = 0; w < known_.size(); ++w) s += fmt::format("{}{}", w ? " " : "", known_[w]);
+  s += "] floor=[";
+  for (size_t w = 0; w < floor_.size(); ++w) s += fmt::format("{}{}", w ? " " : "", floor_[w]);
+  return s + fmt::format("] stored={}", stored());
+}
+
+}  // namespace loom::protocols::hlrc

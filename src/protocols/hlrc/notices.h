@@ -1,0 +1,98 @@
+// Write notices: which pages a node wrote in which interval, and the node's vector time.
+//
+// An *interval* is the span between two releases of one node (intervals are per node, shared by
+// its threads). Interval i of node w that wrote anything has a record (w, i, pages). Node v's
+// vector time VT[w] says it holds every record of w up to VT[w]: records travel in whole
+// prefixes (a sender always sends every record above what the receiver said it has), so that
+// property holds and a gap is a broken invariant.
+//
+// NoticeStore keeps the records a node knows, to forward them to later acquirers, and drops
+// those every node is known to hold (gc()). It is a plain data structure: the owner locks it.
+//
+// Wire format of a record set (lock grants, barrier arrivals and releases):
+//   u32 count, then per record: u32 writer, u32 interval, u32 npages, u64 page[npages]
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "loom/status.h"
+
+namespace loom::protocols::hlrc {
+
+using VectorTime = std::vector<uint32_t>;
+
+struct Record {
+  uint32_t writer = 0;
+  uint32_t interval = 0;
+  std::vector<uint64_t> pages;
+};
+
+// Appends little-endian integers to a byte vector / reads them back with bounds checks.
+class ByteWriter {
+ public:
+  explicit ByteWriter(std::vector<std::byte>* out) : out_(out) {}
+  void u32(uint32_t v) { put(&v, sizeof v); }
+  void u64(uint64_t v) { put(&v, sizeof v); }
+  void bytes(std::span<const std::byte> b) { out_->insert(out_->end(), b.begin(), b.end()); }
+  size_t size() const { return out_->size(); }
+  // Overwrites a u32 written earlier at `offset`.
+  void patch_u32(size_t offset, uint32_t v);
+
+ private:
+  void put(const void* p, size_t n);
+  std::vector<std::byte>* out_;
+};
+
+class ByteReader {
+ public:
+  explicit ByteReader(std::span<const std::byte> in) : in_(in) {}
+  bool u32(uint32_t* v) { return get(v, sizeof *v); }
+  bool u64(uint64_t* v) { return get(v, sizeof *v); }
+  bool bytes(size_t n, std::span<const std::byte>* out);
+  size_t left() const { return in_.size() - pos_; }
+
+ private:
+  bool get(void* p, size_t n);
+  std::span<const std::byte> in_;
+  size_t pos_ = 0;
+};
+
+void write_records(ByteWriter& w, const std::vector<const Record*>& records);
+// Parses a record set; kMalformed naming the problem if truncated or out of range
+// (`nodes`, `num_pages` bound the values).
+Result<std::vector<Record>> read_records(ByteReader& r, uint32_t nodes, uint64_t num_pages);
+
+void write_vt(ByteWriter& w, const VectorTime& vt);
+Result<VectorTime> read_vt(ByteReader& r, uint32_t nodes);
+
+class NoticeStore {
+ public:
+  explicit NoticeStore(uint32_t nodes) : per_writer_(nodes), known_(nodes, 0), floor_(nodes, 0) {}
+
+  const VectorTime& known() const { return known_; }
+  const VectorTime& floor() const { return floor_; }
+
+  // Adds a record. Returns false if it was already known. A record beyond known()+1 of its
+  // writer (a gap) is a broken invariant and aborts.
+  bool add(Record record);
+  // Records with interval > max(vt[w], floor[w]), in writer then interval order.
+  std::vector<const Record*> newer_than(const VectorTime& vt) const;
+  // Drops records with interval <= floor[w] (every node holds them).
+  void gc(const VectorTime& floor);
+  // One record, if still stored.
+  const Record* find(uint32_t writer, uint32_t interval) const;
+
+  size_t stored() const;  // number of records held
+  std::string to_string() const;
+
+ private:
+  std::vector<std::deque<Record>> per_writer_;  // per writer, increasing intervals
+  VectorTime known_;
+  VectorTime floor_;
+};
+
+}  // namespace loom::protocols::hlrc

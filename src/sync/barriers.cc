@@ -1,0 +1,191 @@
+#include "sync/barriers.h"
+
+#include <fmt/format.h>
+
+#include "base/log.h"
+
+namespace loom::sync {
+
+using protocols::ByteReader;
+using protocols::ByteWriter;
+using protocols::VectorTime;
+namespace hl = protocols::hlrc;
+
+// Arrival:  u64 id, u32 count, u32 pad, u64 episode, vt, record set
+// Release:  u64 id, u64 episode, vt (release), u32 has_floor, [vt floor], record set
+BarrierService::BarrierService(comm::Comm& comm, protocols::Consistency& consistency,
+                               uint64_t num_pages)
+    : comm_(comm),
+      consistency_(consistency),
+      me_(comm.rank()),
+      nodes_(comm.size()),
+      num_pages_(num_pages) {}
+
+BarrierService::~BarrierService() = default;
+
+comm::NodeId BarrierService::manager_of(uint64_t id) const {
+  uint64_t x = id * 0x9e3779b97f4a7c15ull;
+  return static_cast<comm::NodeId>((x >> 32) % nodes_);
+}
+
+Status BarrierService::register_messages() {
+  comm::MessageRegistry& reg = comm_.registry();
+  auto print = [](std::span<const std::byte> p) {
+    uint64_t id = 0;
+    if (p.size() >= 8) std::memcpy(&id, p.data(), 8);
+    return fmt::format("barrier={:#x} bytes={}", id, p.size());
+  };
+  Status s = reg.add(
+      msg::kBarrierArrive, "barrier.arrive",
+      [this](comm::Incoming& in) { return on_arrive(in.src(), in.payload()); }, print);
+  if (!s) return s;
+  return reg.add(
+      msg::kBarrierRelease, "barrier.release",
+      [this](comm::Incoming& in) { return on_release(in.payload()); }, print);
+}
+
+void BarrierService::wait(uint64_t id, uint32_t count) {
+  consistency_.release();
+  Waiter w;
+  std::vector<std::byte> payload;
+  {
+    MutexLock l(mu_);
+    NodeBarrier& nb = bars_[id];
+    if (nb.base.empty()) nb.base.assign(nodes_, 0);
+    nb.waiters.push_back(&w);
+    ByteWriter bw(&payload);
+    bw.u64(id);
+    bw.u32(count);
+    bw.u32(0);
+    bw.u64(nb.episode);
+    hl::write_vt(bw, consistency_.vector_time());
+    consistency_.write_notices_for(nb.base, bw);
+  }
+  counters_.waits.fetch_add(1, std::memory_order_relaxed);
+  int64_t t0 = comm::now_ns();
+  comm::NodeId mgr = manager_of(id);
+  if (mgr == me_) {
+    Status s = on_arrive(me_, payload);
+    LOOM_CHECK(s.ok(), "barrier {:#x}: {}", id, s.to_string());
+  } else {
+    Status s = comm_.send(mgr, msg::kBarrierArrive, payload);
+    LOOM_CHECK(s.ok(), "barrier {:#x}: sending the arrival to node {}: {}", id, mgr, s.to_string());
+  }
+  const Status& s = comm_.wait(w.done);
+  LOOM_CHECK(s.ok(), "barrier {:#x}: {}", id, s.to_string());
+  counters_.wait_ns.fetch_add(comm::now_ns() - t0, std::memory_order_relaxed);
+  consistency_.acquire();
+}
+
+Status BarrierService::on_arrive(comm::NodeId src, std::span<const std::byte> payload) {
+  ByteReader r(payload);
+  uint64_t id, episode;
+  uint32_t count, pad;
+  if (!r.u64(&id) || !has_tag(id, kBarrierTag) || !r.u32(&count) || !r.u32(&pad) ||
+      !r.u64(&episode))
+    return Status::malformed("barrier arrival: bad header");
+  if (manager_of(id) != me_) return Status::malformed("barrier arrival sent to a non-manager");
+  Result<VectorTime> vt = hl::read_vt(r, nodes_);
+  if (!vt) return vt.status();
+  Result<std::vector<hl::Record>> recs = hl::read_records(r, nodes_, num_pages_);
+  if (!recs) return recs.status();
+
+  std::vector<std::byte> release;
+  std::vector<comm::NodeId> targets;
+  {
+    MutexLock l(mgr_mu_);
+    Managed& m = managed_[id];
+    if (m.arrived == 0) {
+      m.count = count;
+      m.from.assign(nodes_, false);
+      m.max_vt.assign(nodes_, 0);
+    }
+    if (count != m.count)
+      log::die(3, fmt::format("barrier {:#x}: node {} waits for {} arrivals, others for {}; every "
+                              "use of a barrier must give the same count",
+                              id, src, count, m.count));
+    LOOM_CHECK(episode == m.episode, "barrier {:#x}: node {} arrived for episode {} during {}", id,
+               src, episode, m.episode);
+    ++m.arrived;
+    m.from[src] = true;
+    for (uint32_t w = 0; w < nodes_; ++w) m.max_vt[w] = std::max(m.max_vt[w], (*vt)[w]);
+    for (hl::Record& rec : *recs) {
+      auto key = std::make_pair(rec.writer, rec.interval);
+      m.records.try_emplace(key, std::move(rec));
+    }
+    if (m.arrived < m.count) return Status::ok();
+
+    for (comm::NodeId n = 0; n < nodes_; ++n) {
+      if (m.from[n]) {
+        targets.push_back(n);
+      }
+    }
+    if (targets.size() != nodes_)
+      log::die(3, fmt::format("barrier {:#x}: an episode of {} arrivals completed with threads of "
+                              "only {} of the {} nodes; Loom barriers need at least one thread of "
+                              "every node in each episode",
+                              id, m.count, targets.size(), nodes_));
+    ByteWriter w(&release);
+    w.u64(id);
+    w.u64(m.episode);
+    hl::write_vt(w, m.max_vt);
+    w.u32(m.has_prev ? 1 : 0);
+    if (m.has_prev) hl::write_vt(w, m.prev_vt);
+    std::vector<const hl::Record*> all;
+    all.reserve(m.records.size());
+    for (const auto& [k, rec] : m.records) all.push_back(&rec);
+    hl::write_records(w, all);
+    m.prev_vt = m.max_vt;
+    m.has_prev = true;
+    m.records.clear();
+    m.arrived = 0;
+    ++m.episode;
+    counters_.episodes_managed.fetch_add(1, std::memory_order_relaxed);
+  }
+  for (comm::NodeId n : targets) {
+    if (n == me_) {
+      Status s = on_release(release);
+      LOOM_CHECK(s.ok(), "barrier {:#x}: {}", id, s.to_string());
+      continue;
+    }
+    Status s = comm_.send(n, msg::kBarrierRelease, release);
+    LOOM_CHECK(s.ok(), "barrier {:#x}: sending the release to node {}: {}", id, n, s.to_string());
+  }
+  return Status::ok();
+}
+
+Status BarrierService::on_release(std::span<const std::byte> payload) {
+  ByteReader r(payload);
+  uint64_t id, episode;
+  uint32_t has_floor;
+  if (!r.u64(&id) || !has_tag(id, kBarrierTag) || !r.u64(&episode))
+    return Status::malformed("barrier release: bad header");
+  Result<VectorTime> vt = hl::read_vt(r, nodes_);
+  if (!vt) return vt.status();
+  if (!r.u32(&has_floor)) return Status::malformed("barrier release: truncated");
+  VectorTime floor;
+  if (has_floor) {
+    Result<VectorTime> f = hl::read_vt(r, nodes_);
+    if (!f) return f.status();
+    floor = std::move(*f);
+  }
+  // Store the notices before any waiter runs.
+  if (Status s = consistency_.store_notices(r); !s) return s;
+  std::vector<Waiter*> wake;
+  {
+    MutexLock l(mu_);
+    NodeBarrier& nb = bars_[id];
+    if (episode != nb.episode)
+      return Status::malformed(
+          fmt::format("barrier {:#x}: release of episode {} during {}", id, episode, nb.episode));
+    ++nb.episode;
+    nb.base = std::move(*vt);
+    wake.swap(nb.waiters);
+  }
+  // Every node holds the notices up to the previous episode's release: drop them.
+  if (has_floor) consistency_.gc(floor);
+  for (Waiter* w : wake) w->done.complete(Status::ok());
+  return Status::ok();
+}
+
+}  // namespace loom::sync

@@ -1,0 +1,88 @@
+// Global barriers with write notices.
+//
+// A barrier id has a manager node (by hash). Each arriving thread first releases (its node's
+// interval ends), then sends an arrival carrying its node's vector time and the write notices
+// above the barrier's last release vector time (everything the other nodes might lack). The
+// manager merges them; the last arrival makes it send one release to every node that arrived,
+// with the merged notices. Woken threads acquire (apply the notices) before returning.
+//
+// Every episode must include at least one thread of every node (count >= nodes): that is what
+// lets each node send only the notices above the previous release, and lets every node drop
+// notices all nodes hold (the release of episode k carries the vector time of episode k-1 as
+// the garbage-collection floor). An episode completed by a subset of nodes stops the job with a
+// message saying so.
+//
+// TODO(scale): the manager is centralized; a tree (or dissemination) for many nodes.
+//
+// Thread safety: wait() from application threads; handlers on the server thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "comm/comm.h"
+#include "protocols/consistency.h"
+#include "sync/locks.h"
+
+namespace loom::sync {
+
+struct BarrierCounters {
+  std::atomic<uint64_t> waits{0}, episodes_managed{0}, wait_ns{0};
+};
+
+class BarrierService {
+ public:
+  BarrierService(comm::Comm& comm, protocols::Consistency& consistency, uint64_t num_pages);
+  ~BarrierService();
+  BarrierService(const BarrierService&) = delete;
+  BarrierService& operator=(const BarrierService&) = delete;
+
+  Status register_messages();
+
+  // REQUIRES: has_tag(id, kBarrierTag), count >= nodes (the API layer checks).
+  void wait(uint64_t id, uint32_t count);
+
+  const BarrierCounters& counters() const { return counters_; }
+
+ private:
+  struct Waiter {
+    comm::Completion done;
+  };
+  struct NodeBarrier {
+    uint64_t episode = 0;
+    std::vector<Waiter*> waiters;
+    protocols::VectorTime base;  // the last release's vector time
+  };
+  struct Managed {
+    uint64_t episode = 0;
+    uint32_t count = 0;
+    uint32_t arrived = 0;
+    std::vector<bool> from;  // nodes that arrived
+    protocols::VectorTime max_vt;
+    std::map<std::pair<uint32_t, uint32_t>, protocols::hlrc::Record> records;
+    protocols::VectorTime prev_vt;  // the previous episode's release vector time
+    bool has_prev = false;
+  };
+
+  comm::NodeId manager_of(uint64_t id) const;
+  Status on_arrive(comm::NodeId src, std::span<const std::byte> payload);
+  Status on_release(std::span<const std::byte> payload);
+
+  comm::Comm& comm_;
+  protocols::Consistency& consistency_;
+  const comm::NodeId me_;
+  const uint32_t nodes_;
+  const uint64_t num_pages_;
+  BarrierCounters counters_;
+
+  Mutex mu_;
+  std::unordered_map<uint64_t, NodeBarrier> bars_ GUARDED_BY(mu_);
+  Mutex mgr_mu_;
+  std::unordered_map<uint64_t, Managed> managed_ GUARDED_BY(mgr_mu_);
+};
+
+}  // namespace loom::sync

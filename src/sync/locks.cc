@@ -1,0 +1,294 @@
+#include "sync/locks.h"
+
+#include <fmt/format.h>
+
+#include "base/log.h"
+
+namespace loom::sync {
+
+using protocols::ByteReader;
+using protocols::ByteWriter;
+using protocols::VectorTime;
+
+namespace {
+
+std::atomic<uint32_t> g_next_id{1};
+
+uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  return x;
+}
+
+}  // namespace
+
+uint64_t new_sync_id(uint64_t tag, comm::NodeId me) {
+  uint32_t n = g_next_id.fetch_add(1, std::memory_order_relaxed);
+  return tag | (static_cast<uint64_t>(me & 0xffff) << 32) | n;
+}
+
+LockService::LockService(comm::Comm& comm, protocols::Consistency& consistency, uint32_t fairness)
+    : comm_(comm),
+      consistency_(consistency),
+      me_(comm.rank()),
+      nodes_(comm.size()),
+      fairness_(fairness) {}
+
+LockService::~LockService() = default;
+
+comm::NodeId LockService::manager_of(uint64_t id) const {
+  return static_cast<comm::NodeId>(mix(id) % nodes_);
+}
+
+// note: a lock's first state is "token at the manager, free". Whichever of the manager's
+// structures is created first (a local lock() or a remote request) creates both, so they agree.
+LockService::NodeLock& LockService::node_lock(uint64_t id) {
+  auto it = locks_.find(id);
+  if (it != locks_.end()) return it->second;
+  NodeLock& nl = locks_[id];
+  if (manager_of(id) == me_ && !tails_.contains(id)) {
+    tails_[id] = me_;
+    nl.token = true;
+  }
+  return nl;
+}
+
+void LockService::ensure_managed(uint64_t id) {
+  if (tails_.contains(id)) return;
+  (void)node_lock(id);
+  if (!tails_.contains(id)) tails_[id] = me_;  // NodeLock existed without the token
+}
+
+Status LockService::register_messages() {
+  comm::MessageRegistry& reg = comm_.registry();
+  auto parse_req = [this](comm::Incoming& in, uint64_t* id, uint32_t* requester,
+                          VectorTime* vt) -> Status {
+    ByteReader r(in.payload());
+    if (!r.u64(id) || !has_tag(*id, kLockTag) || !r.u32(requester) || *requester >= nodes_)
+      return Status::malformed("lock request: bad header");
+    Result<VectorTime> v = protocols::hlrc::read_vt(r, nodes_);
+    if (!v) return v.status();
+    *vt = std::move(*v);
+    return Status::ok();
+  };
+  auto print_req = [](std::span<const std::byte> p) {
+    uint64_t id = 0;
+    uint32_t who = 0;
+    if (p.size() >= 12) {
+      std::memcpy(&id, p.data(), 8);
+      std::memcpy(&who, p.data() + 8, 4);
+    }
+    return fmt::format("lock={:#x} requester={}", id, who);
+  };
+  Status s = reg.add(
+      msg::kLockRequest, "lock.request",
+      [this, parse_req](comm::Incoming& in) -> Status {
+        uint64_t id;
+        uint32_t who;
+        VectorTime vt;
+        if (Status st = parse_req(in, &id, &who, &vt); !st) return st;
+        if (manager_of(id) != me_) return Status::malformed("lock request sent to a non-manager");
+        on_request(id, who, std::move(vt));
+        return Status::ok();
+      },
+      print_req);
+  if (!s) return s;
+  s = reg.add(
+      msg::kLockForward, "lock.forward",
+      [this, parse_req](comm::Incoming& in) -> Status {
+        uint64_t id;
+        uint32_t who;
+        VectorTime vt;
+        if (Status st = parse_req(in, &id, &who, &vt); !st) return st;
+        on_forward(id, who, std::move(vt));
+        return Status::ok();
+      },
+      print_req);
+  if (!s) return s;
+  return reg.add(
+      msg::kLockGrant, "lock.grant", [this](comm::Incoming& in) { return on_grant(in); },
+      [](std::span<const std::byte> p) {
+        uint64_t id = 0;
+        if (p.size() >= 8) std::memcpy(&id, p.data(), 8);
+        return fmt::format("lock={:#x} bytes={}", id, p.size());
+      });
+}
+
+void LockService::complete(Waiter* w) { w->done.complete(Status::ok()); }
+
+void LockService::lock(uint64_t id) {
+  Waiter w;
+  bool cached = false, ask = false;
+  {
+    MutexLock l(mu_);
+    NodeLock& nl = node_lock(id);
+    if (nl.token && !nl.held && nl.waiters.empty()) {
+      nl.held = true;  // the token was cached here: no message
+      cached = true;
+    } else {
+      nl.waiters.push_back(&w);
+      if (!nl.token && !nl.requested) {
+        nl.requested = true;
+        ask = true;
+      }
+    }
+  }
+  if (cached) {
+    counters_.local_acquires.fetch_add(1, std::memory_order_relaxed);
+    consistency_.acquire();
+    return;
+  }
+  int64_t t0 = comm::now_ns();
+  if (ask) send_request(id);
+  const Status& s = comm_.wait(w.done);
+  LOOM_CHECK(s.ok(), "waiting for lock {:#x}: {}", id, s.to_string());
+  counters_.wait_ns.fetch_add(comm::now_ns() - t0, std::memory_order_relaxed);
+  consistency_.acquire();
+}
+
+bool LockService::try_lock(uint64_t id) {
+  {
+    MutexLock l(mu_);
+    NodeLock& nl = node_lock(id);
+    if (!nl.token || nl.held || !nl.waiters.empty()) return false;
+    nl.held = true;
+    counters_.local_acquires.fetch_add(1, std::memory_order_relaxed);
+  }
+  consistency_.acquire();
+  return true;
+}
+
+void LockService::unlock(uint64_t id) {
+  // Every unlock is a release: this node's writes go to their homes and its interval ends, so
+  // whoever takes the lock next (here or elsewhere) can see them.
+  consistency_.release();
+  Waiter* next = nullptr;
+  Grant grant;
+  bool ask = false;
+  {
+    MutexLock l(mu_);
+    auto it = locks_.find(id);
+    LOOM_CHECK(it != locks_.end() && it->second.held,
+               "unlock of lock {:#x}, which no thread of node {} holds", id, me_);
+    NodeLock& nl = it->second;
+    if (!nl.waiters.empty() && (!nl.has_successor || nl.streak < fairness_)) {
+      if (nl.has_successor) ++nl.streak;
+      next = nl.waiters.front();
+      nl.waiters.pop_front();
+      counters_.local_handoffs.fetch_add(1, std::memory_order_relaxed);
+    } else if (nl.has_successor) {
+      nl.held = false;
+      grant = make_grant(id, nl);
+      if (!nl.waiters.empty()) {
+        nl.requested = true;  // our own waiters need the token back
+        ask = true;
+      }
+    } else {
+      nl.held = false;
+    }
+  }
+  if (next != nullptr) complete(next);
+  if (grant.to != comm::kNoNode) send_grant(std::move(grant));
+  if (ask) send_request(id);
+}
+
+LockService::Grant LockService::make_grant(uint64_t id, NodeLock& nl) {
+  Grant g;
+  g.to = nl.successor;
+  ByteWriter w(&g.payload);
+  w.u64(id);
+  consistency_.write_notices_for(nl.successor_vt, w);
+  nl.token = false;
+  nl.streak = 0;
+  nl.has_successor = false;
+  nl.successor = comm::kNoNode;
+  nl.successor_vt.clear();
+  return g;
+}
+
+void LockService::send_grant(Grant g) {
+  counters_.grants_sent.fetch_add(1, std::memory_order_relaxed);
+  Status s = comm_.send(g.to, msg::kLockGrant, g.payload);
+  LOOM_CHECK(s.ok(), "sending a lock grant to node {}: {}", g.to, s.to_string());
+}
+
+void LockService::send_request(uint64_t id) {
+  VectorTime vt = consistency_.vector_time();
+  comm::NodeId mgr = manager_of(id);
+  if (mgr == me_) {
+    on_request(id, me_, std::move(vt));
+    return;
+  }
+  std::vector<std::byte> payload;
+  ByteWriter w(&payload);
+  w.u64(id);
+  w.u32(me_);
+  protocols::hlrc::write_vt(w, vt);
+  Status s = comm_.send(mgr, msg::kLockRequest, payload);
+  LOOM_CHECK(s.ok(), "sending a lock request to node {}: {}", mgr, s.to_string());
+}
+
+void LockService::on_request(uint64_t id, comm::NodeId requester, VectorTime vt) {
+  comm::NodeId prev;
+  {
+    MutexLock l(mu_);
+    ensure_managed(id);
+    prev = tails_[id];
+    tails_[id] = requester;
+  }
+  LOOM_CHECK(prev != requester, "lock {:#x}: node {} asked twice for the token", id, requester);
+  if (prev == me_) {
+    on_forward(id, requester, std::move(vt));
+    return;
+  }
+  std::vector<std::byte> payload;
+  ByteWriter w(&payload);
+  w.u64(id);
+  w.u32(requester);
+  protocols::hlrc::write_vt(w, vt);
+  Status s = comm_.send(prev, msg::kLockForward, payload);
+  LOOM_CHECK(s.ok(), "forwarding a lock request to node {}: {}", prev, s.to_string());
+}
+
+void LockService::on_forward(uint64_t id, comm::NodeId requester, VectorTime vt) {
+  Grant grant;
+  {
+    MutexLock l(mu_);
+    NodeLock& nl = node_lock(id);
+    LOOM_CHECK(!nl.has_successor, "lock {:#x}: node {} got a second successor ({} after {})", id,
+               me_, requester, nl.successor);
+    nl.has_successor = true;
+    nl.successor = requester;
+    nl.successor_vt = std::move(vt);
+    // Idle token here: hand it over now. Otherwise the unlock that frees it will.
+    if (nl.token && !nl.held && nl.waiters.empty()) grant = make_grant(id, nl);
+  }
+  if (grant.to != comm::kNoNode) send_grant(std::move(grant));
+}
+
+Status LockService::on_grant(comm::Incoming& in) {
+  ByteReader r(in.payload());
+  uint64_t id;
+  if (!r.u64(&id) || !has_tag(id, kLockTag)) return Status::malformed("lock grant: bad id");
+  // Store the notices before anyone can run with the lock.
+  if (Status s = consistency_.store_notices(r); !s) return s;
+  Waiter* w;
+  {
+    MutexLock l(mu_);
+    NodeLock& nl = node_lock(id);
+    if (nl.token || !nl.requested || nl.waiters.empty())
+      return Status::malformed(
+          fmt::format("lock grant for {:#x}, which node {} did not ask for", id, me_));
+    nl.token = true;
+    nl.requested = false;
+    nl.held = true;
+    w = nl.waiters.front();
+    nl.waiters.pop_front();
+  }
+  counters_.remote_acquires.fetch_add(1, std::memory_order_relaxed);
+  complete(w);
+  return Status::ok();
+}
+
+}  // namespace loom::sync

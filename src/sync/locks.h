@@ -1,0 +1,106 @@
+// Global locks: a manager per lock (by hash of its id) and a distributed queue of nodes.
+//
+// The token (the right to hold the lock) stays at the node that last held it, so taking the lock
+// again on that node costs no message. A node that needs the token asks the lock's manager, which
+// remembers the last node that asked (the queue's tail) and forwards the request there; that
+// node hands the token over when it is done. Each node therefore has at most one successor.
+// Threads of one node waiting for the lock are served before the token leaves, but only
+// LOCK_FAIRNESS times in a row while another node waits. The grant carries the write notices the
+// acquirer lacks (by its vector time); every unlock is a release (the node's interval ends).
+//
+// Messages (sync range): kLockRequest (node -> manager), kLockForward (manager -> tail),
+// kLockGrant (holder -> next). Formats in docs/protocols/hlrc.md.
+//
+// Thread safety: lock/unlock/try_lock from application threads; handlers on the server thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <unordered_map>
+
+#include "base/thread_annotations.h"
+#include "comm/comm.h"
+#include "protocols/consistency.h"
+
+namespace loom::sync {
+
+namespace msg {
+inline constexpr comm::MsgType kLockRequest = comm::msg_range::kSync + 0;
+inline constexpr comm::MsgType kLockForward = comm::msg_range::kSync + 1;
+inline constexpr comm::MsgType kLockGrant = comm::msg_range::kSync + 2;
+inline constexpr comm::MsgType kBarrierArrive = comm::msg_range::kSync + 3;
+inline constexpr comm::MsgType kBarrierRelease = comm::msg_range::kSync + 4;
+}  // namespace msg
+
+// Ids name locks and barriers across the job: a tag in the top 16 bits, the creating node, and
+// a counter. Creating one needs no message.
+inline constexpr uint64_t kLockTag = 0x4c4bull << 48;     // "LK"
+inline constexpr uint64_t kBarrierTag = 0x4252ull << 48;  // "BR"
+uint64_t new_sync_id(uint64_t tag, comm::NodeId me);
+inline bool has_tag(uint64_t id, uint64_t tag) { return (id & (0xffffull << 48)) == tag; }
+
+struct LockCounters {
+  std::atomic<uint64_t> local_acquires{0}, remote_acquires{0}, local_handoffs{0}, grants_sent{0},
+      wait_ns{0};
+};
+
+class LockService {
+ public:
+  LockService(comm::Comm& comm, protocols::Consistency& consistency, uint32_t fairness);
+  ~LockService();
+  LockService(const LockService&) = delete;
+  LockService& operator=(const LockService&) = delete;
+
+  Status register_messages();
+
+  // REQUIRES: has_tag(id, kLockTag) (the API layer checks and reports misuse).
+  void lock(uint64_t id);
+  bool try_lock(uint64_t id);
+  void unlock(uint64_t id);
+
+  const LockCounters& counters() const { return counters_; }
+
+ private:
+  struct Waiter {
+    comm::Completion done;
+  };
+  struct NodeLock {
+    bool token = false;      // the token is at this node
+    bool held = false;       // a thread of this node holds the lock
+    bool requested = false;  // asked the manager; grant not yet here
+    uint32_t streak = 0;     // local handoffs while a successor waited
+    std::deque<Waiter*> waiters;
+    bool has_successor = false;
+    comm::NodeId successor = comm::kNoNode;
+    protocols::VectorTime successor_vt;
+  };
+  struct Grant {
+    comm::NodeId to = comm::kNoNode;
+    std::vector<std::byte> payload;
+  };
+
+  comm::NodeId manager_of(uint64_t id) const;
+  NodeLock& node_lock(uint64_t id) REQUIRES(mu_);
+  void ensure_managed(uint64_t id) REQUIRES(mu_);
+  void send_request(uint64_t id);
+  void on_request(uint64_t id, comm::NodeId requester, protocols::VectorTime vt);
+  void on_forward(uint64_t id, comm::NodeId requester, protocols::VectorTime vt);
+  Status on_grant(comm::Incoming& in);
+  Grant make_grant(uint64_t id, NodeLock& nl) REQUIRES(mu_);
+  void send_grant(Grant g);
+  void complete(Waiter* w);
+
+  comm::Comm& comm_;
+  protocols::Consistency& consistency_;
+  const comm::NodeId me_;
+  const uint32_t nodes_;
+  const uint32_t fairness_;
+  LockCounters counters_;
+
+  Mutex mu_;
+  std::unordered_map<uint64_t, NodeLock> locks_ GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, comm::NodeId> tails_ GUARDED_BY(mu_);  // managed locks
+};
+
+}  // namespace loom::sync
