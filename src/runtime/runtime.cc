@@ -180,7 +180,9 @@ nlohmann::json Runtime::dsm_json() const {
   j["chunks_taken"] = hs.chunks;
   j["home_queries"] = hs.home_queries;
   auto ms = [](uint64_t ns) { return static_cast<double>(ns) / 1e6; };
-  j["time_ms"] = {{"page_fetch", ms(v(c.fetch_ns))},
+  j["time_ms"] = {{"fault_handler", ms(v(c.fault_ns))},
+                  {"fetch_wait", ms(v(c.fetch_wait_ns))},
+                  {"page_fetch", ms(v(c.fetch_ns))},
                   {"home_wait", ms(v(c.home_wait_ns))},
                   {"lock_wait", ms(v(l.wait_ns))},
                   {"barrier_wait", ms(v(b.wait_ns))},

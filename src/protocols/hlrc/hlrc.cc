@@ -116,6 +116,13 @@ void Hlrc::add_dirty(PageId page, PageEntry& e) {
 }
 
 bool Hlrc::on_fault(void* addr, bool is_write) {
+  int64_t t0 = now();
+  bool ok = handle_fault(addr, is_write);
+  counters_.fault_ns.fetch_add(now() - t0, std::memory_order_relaxed);
+  return ok;
+}
+
+bool Hlrc::handle_fault(void* addr, bool is_write) {
   const PageId page = space_.page_of(addr);
   PageEntry& e = table_.at(page);
   if (is_write)
@@ -209,8 +216,10 @@ bool Hlrc::fetch(PageId page, bool is_write) {
       w.u64(page);
       write_version(w, e.required);
     }
+    int64_t w0 = now();
     Result<comm::Buffer> reply =
         comm_.call(static_cast<comm::NodeId>(home), msg::kPageRequest, req);
+    counters_.fetch_wait_ns.fetch_add(now() - w0, std::memory_order_relaxed);
     if (!reply)
       log::fatal(fmt::format("fetching page {} from node {} failed: {}", page, home,
                              reply.status().to_string()));

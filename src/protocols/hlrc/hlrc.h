@@ -61,7 +61,9 @@ struct Counters {
   std::atomic<uint64_t> read_faults{0}, write_faults{0}, refaults{0}, pages_fetched{0},
       fetch_retries{0}, twins{0}, diffs_created{0}, diff_bytes{0}, diffs_applied{0},
       diff_bytes_applied{0}, diffs_held{0}, requests_held{0}, intervals{0}, notices_sent{0},
-      notices_received{0}, invalidations{0}, two_way_merges{0}, fetch_ns{0}, home_wait_ns{0};
+      notices_received{0}, invalidations{0}, two_way_merges{0}, fetch_ns{0}, home_wait_ns{0},
+      fault_ns{0},        // time inside the fault handler
+      fetch_wait_ns{0};   // of which waiting for page replies (request + transfer)
 };
 
 class Hlrc final : public memory::FaultTarget, public Consistency {
@@ -75,6 +77,7 @@ class Hlrc final : public memory::FaultTarget, public Consistency {
 
   // FaultTarget.
   bool on_fault(void* addr, bool is_write) override;
+  bool handle_fault(void* addr, bool is_write);
 
   // Ends this node's interval: flushes every dirty page (diffs to homes) and records the write
   // notice. No-op if nothing was written. Application threads.
