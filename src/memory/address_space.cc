@@ -92,7 +92,11 @@ Result<std::unique_ptr<AddressSpace>> AddressSpace::create(uintptr_t base, size_
         fmt::format("the shared region could not be placed at {:#x} (range in use)", base));
   }
   as->app_ = static_cast<std::byte*>(app);
-  void* sys = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, as->fd_, 0);
+  // The system view right after the application view if that range is free (a hint, not
+  // fixed): keeps both in the same part of the address space, which sanitizers' shadow maps
+  // and core dumps like.
+  void* sys = ::mmap(reinterpret_cast<void*>(base + size), size, PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_NORESERVE, as->fd_, 0);
   if (sys == MAP_FAILED)
     return Status::internal(
         fmt::format("cannot map the shared region's system view: {}", std::strerror(errno)));
