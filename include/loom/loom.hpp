@@ -75,7 +75,8 @@ T* alloc_array(size_t n, AllocOptions options = {}) {
 int home_of(const void* p);
 
 // Collective (one thread of every node calls it): returns `root`'s `p` on every node. The usual
-// way to tell the other nodes where node 0 put the shared data.
+// way to tell the other nodes where node 0 put the shared data. It orders memory like a barrier:
+// every write a node made before the call is visible to every node after it returns.
 void* broadcast_ptr(void* p, int root = 0);
 template <typename T>
 T* broadcast_ptr(T* p, int root = 0) {

@@ -72,6 +72,10 @@ void* broadcast_ptr(void* p, int root) {
   if (root < 0 || root >= num_nodes())
     misuse(
         fmt::format("loom::broadcast_ptr: root {} is not a node (0 to {})", root, num_nodes() - 1));
+  // A job-wide barrier first (release + acquire with write notices), so the data behind the
+  // pointer is visible; its id uses node field 0xffff, which new_sync_id never hands out.
+  constexpr uint64_t kBroadcastBarrier = sync::kBarrierTag | (uint64_t{0xffff} << 32) | 1;
+  r.barriers().wait(kBroadcastBarrier, static_cast<uint32_t>(num_nodes()));
   Result<std::vector<std::string>> all =
       r.bootstrap().allgather(std::to_string(reinterpret_cast<uintptr_t>(p)));
   if (!all) log::die(runtime::kExitJobFailed, "broadcast_ptr: " + all.status().to_string());

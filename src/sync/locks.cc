@@ -25,7 +25,8 @@ uint64_t mix(uint64_t x) {
 
 uint64_t new_sync_id(uint64_t tag, comm::NodeId me) {
   uint32_t n = g_next_id.fetch_add(1, std::memory_order_relaxed);
-  return tag | (static_cast<uint64_t>(me & 0xffff) << 32) | n;
+  LOOM_CHECK(me < 0xffff, "node {}: sync ids hold node numbers below 65535", me);
+  return tag | (static_cast<uint64_t>(me) << 32) | n;
 }
 
 LockService::LockService(comm::Comm& comm, protocols::Consistency& consistency, uint32_t fairness)
