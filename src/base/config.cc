@@ -64,6 +64,9 @@ const ConfigRow kRows[] = {
     {"REGION_SIZE", ConfigType::kSize, "64G",
      "Size of the shared region. Reserving costs nothing until pages are touched.", "", 1 << 20,
      INT64_MAX},
+    {"PREFETCH", ConfigType::kBool, "1",
+     "At an acquire, fetch again at once the pages it invalidates that this node was reading, "
+     "instead of at their next fault."},
     {"LOCK_FAIRNESS", ConfigType::kInt, "4",
      "Lock handoffs to waiting threads on the same node before a waiting remote node is served.",
      "", 1, 1 << 20},

@@ -127,7 +127,9 @@ void Runtime::start_memory() {
   space_ = std::move(*space);
   table_ = std::make_unique<memory::PageTable>(space_->num_pages());
   heap_ = std::make_unique<memory::Heap>(*comm_, *space_, *table_);
-  hlrc_ = std::make_unique<protocols::hlrc::Hlrc>(*comm_, *space_, *table_, *heap_);
+  protocols::hlrc::Hlrc::Options hopts;
+  hopts.prefetch = config_.get_bool("PREFETCH");
+  hlrc_ = std::make_unique<protocols::hlrc::Hlrc>(*comm_, *space_, *table_, *heap_, hopts);
   locks_ = std::make_unique<sync::LockService>(
       *comm_, *hlrc_, static_cast<uint32_t>(config_.get_int("LOCK_FAIRNESS")));
   barriers_ = std::make_unique<sync::BarrierService>(*comm_, *hlrc_, space_->num_pages());
@@ -164,6 +166,9 @@ nlohmann::json Runtime::dsm_json() const {
   j["notices_stored"] = hlrc_->stored_records();
   j["invalidations"] = v(c.invalidations);
   j["two_way_merges"] = v(c.two_way_merges);
+  j["prefetches"] = v(c.prefetches);
+  j["prefetches_dropped"] = v(c.prefetches_dropped);
+  j["notice_gc_rounds"] = v(c.gc_rounds);
   const sync::LockCounters& l = locks_->counters();
   j["lock_acquires_local"] = v(l.local_acquires);
   j["lock_acquires_remote"] = v(l.remote_acquires);

@@ -63,15 +63,17 @@ const char* state_name(uint8_t s) {
 }
 
 Hlrc::Hlrc(comm::Comm& comm, memory::AddressSpace& space, memory::PageTable& table,
-           memory::Heap& heap)
+           memory::Heap& heap, Options options)
     : comm_(comm),
       space_(space),
       table_(table),
       heap_(heap),
       me_(comm.rank()),
       nodes_(comm.size()),
+      opts_(options),
       store_(comm.size()),
-      applied_(comm.size(), 0) {}
+      applied_(comm.size(), 0),
+      next_gc_at_(options.gc_threshold) {}
 
 Hlrc::~Hlrc() = default;
 
@@ -85,6 +87,22 @@ Status Hlrc::register_messages() {
         if (p.size() >= 8) std::memcpy(&page, p.data(), 8);
         return fmt::format("page={}", page);
       });
+  if (!s) return s;
+  s = reg.add(msg::kVtQuery, "hlrc.vt_query", [this](comm::Incoming& in) -> Status {
+    if (!in.payload().empty()) return Status::malformed("vector time query with a payload");
+    std::vector<std::byte> out;
+    ByteWriter w(&out);
+    write_vt(w, vector_time());
+    return comm_.reply(in.reply_to(), out);
+  });
+  if (!s) return s;
+  s = reg.add(msg::kGcFloor, "hlrc.gc_floor", [this](comm::Incoming& in) -> Status {
+    ByteReader r(in.payload());
+    Result<VectorTime> floor = read_vt(r, nodes_);
+    if (!floor) return floor.status();
+    gc(*floor);
+    return Status::ok();
+  });
   if (!s) return s;
   return reg.add(
       msg::kDiffs, "hlrc.diffs", [this](comm::Incoming& in) { return on_diffs(in); },
@@ -212,9 +230,7 @@ bool Hlrc::fetch(PageId page, bool is_write) {
     {
       MutexLock l(table_.lock_of(page));
       home = e.home;
-      ByteWriter w(&req);
-      w.u64(page);
-      write_version(w, e.required);
+      req = page_request(page, e.required);
     }
     int64_t w0 = now();
     Result<comm::Buffer> reply =
@@ -347,10 +363,19 @@ void Hlrc::release() {
     }
   }
   if (rec.pages.empty()) return;
+  size_t stored;
   {
     MutexLock l(notices_mu_);
     store_.add(std::move(rec));
     applied_[me_] = interval;
+    stored = store_.stored();
+  }
+  if (stored >= next_gc_at_.load(std::memory_order_relaxed) && !collecting_.exchange(true)) {
+    collect_garbage();
+    // note: the floor only advances once every node has seen the notices; until then, wait for
+    // another threshold's worth before asking again.
+    next_gc_at_.store(stored_records() + opts_.gc_threshold, std::memory_order_relaxed);
+    collecting_.store(false);
   }
   counters_.intervals.fetch_add(1, std::memory_order_relaxed);
   for (auto& [home, b] : batches) {
@@ -364,6 +389,31 @@ void Hlrc::release() {
     Status s = comm_.send(static_cast<comm::NodeId>(home), msg::kDiffs, payload);
     LOOM_CHECK(s.ok(), "sending diffs to node {}: {}", home, s.to_string());
   }
+}
+
+void Hlrc::collect_garbage() {
+  // note: any node's vector time only grows, and a node holds every notice up to it; so the
+  // element-wise minimum over all nodes, whenever each was sampled, is held by every node, and
+  // later requests can never need what lies below it (a grant sends only what is above the
+  // floor, and the acquirer already has the rest).
+  VectorTime floor = vector_time();
+  for (comm::NodeId n = 0; n < nodes_; ++n) {
+    if (n == me_) continue;
+    Result<comm::Buffer> reply = comm_.call(n, msg::kVtQuery, {});
+    LOOM_CHECK(reply.is_ok(), "asking node {} for its vector time: {}", n,
+               reply.status().to_string());
+    ByteReader r(reply->span());
+    Result<VectorTime> vt = read_vt(r, nodes_);
+    LOOM_CHECK(vt.is_ok(), "vector time from node {}: {}", n, vt.status().to_string());
+    for (uint32_t w = 0; w < nodes_; ++w) floor[w] = std::min(floor[w], (*vt)[w]);
+  }
+  std::vector<std::byte> payload;
+  ByteWriter w(&payload);
+  write_vt(w, floor);
+  for (comm::NodeId n = 0; n < nodes_; ++n)
+    if (n != me_) (void)comm_.send(n, msg::kGcFloor, payload);
+  gc(floor);
+  counters_.gc_rounds.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Hlrc::acquire() {
@@ -398,6 +448,14 @@ void Hlrc::acquire() {
   }
 }
 
+std::vector<std::byte> Hlrc::page_request(PageId page, const VersionVec& need) {
+  std::vector<std::byte> req;
+  ByteWriter w(&req);
+  w.u64(page);
+  write_version(w, need);
+  return req;
+}
+
 void Hlrc::apply_records(const std::vector<Record>& records) {
   std::unordered_map<PageId, VersionVec> need;
   for (const Record& r : records)
@@ -406,24 +464,73 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
   pages.reserve(need.size());
   for (const auto& [p, v] : need) pages.push_back(p);
   std::sort(pages.begin(), pages.end());
-  memory::PageTable::StripeSet locks(table_, pages);
-  std::vector<PageId> close;
-  for (PageId p : pages) {
-    PageEntry& e = table_.at(p);
-    e.required.raise_all(need[p]);
-    if (e.version.covers(e.required)) continue;  // our copy already has those writes
-    if (e.home == static_cast<int32_t>(me_)) {
-      // The master copy lacks diffs still in flight: no access until they arrive.
-      if (e.prot != Prot::kNone) close.push_back(p);
-      e.prot = Prot::kNone;
-    } else if (e.state == st(PageState::kReadOnly) || e.state == st(PageState::kWritable)) {
-      e.state = st(PageState::kInvalid);  // a twin, if any, stays: two-way diff on next access
-      e.prot = Prot::kNone;
-      close.push_back(p);
-      counters_.invalidations.fetch_add(1, std::memory_order_relaxed);
+  std::vector<Prefetch> prefetch;
+  {
+    memory::PageTable::StripeSet locks(table_, pages);
+    std::vector<PageId> close;
+    for (PageId p : pages) {
+      PageEntry& e = table_.at(p);
+      e.required.raise_all(need[p]);
+      if (e.version.covers(e.required)) continue;  // our copy already has those writes
+      if (e.home == static_cast<int32_t>(me_)) {
+        // The master copy lacks diffs still in flight: no access until they arrive.
+        if (e.prot != Prot::kNone) close.push_back(p);
+        e.prot = Prot::kNone;
+      } else if (e.state == st(PageState::kReadOnly) || e.state == st(PageState::kWritable)) {
+        // A clean copy this node was using is likely to be used again: fetch it now.
+        if (opts_.prefetch && e.state == st(PageState::kReadOnly) && !e.fetching) {
+          e.fetching = true;
+          prefetch.push_back({p, e.home, {}});
+        }
+        e.state = st(PageState::kInvalid);  // a twin, if any, stays: two-way diff on next access
+        e.prot = Prot::kNone;
+        close.push_back(p);
+        counters_.invalidations.fetch_add(1, std::memory_order_relaxed);
+      }
     }
+    protect_ranges(close, Prot::kNone);
+    for (Prefetch& f : prefetch) f.request = page_request(f.page, table_.at(f.page).required);
   }
-  protect_ranges(close, Prot::kNone);
+  for (Prefetch& f : prefetch) start_prefetch(std::move(f));
+}
+
+void Hlrc::start_prefetch(Prefetch f) {
+  counters_.prefetches.fetch_add(1, std::memory_order_relaxed);
+  PageId page = f.page;
+  Status s = comm_.start_request(static_cast<comm::NodeId>(f.home), msg::kPageRequest, f.request,
+                                 [this, page](Status st, comm::Buffer reply) {
+                                   install_prefetched(page, st, std::move(reply));
+                                 });
+  if (!s) install_prefetched(page, s, {});
+}
+
+// Runs on the dispatcher (the reply callback): touches only the system view and the page table.
+void Hlrc::install_prefetched(PageId page, const Status& status, comm::Buffer reply) {
+  VersionVec stamp;
+  std::span<const std::byte> data;
+  bool parsed = false;
+  if (status.ok()) {
+    ByteReader r(reply.span());
+    parsed = read_version(r, nodes_, &stamp).ok() && r.bytes(kPageBytes, &data) && r.left() == 0;
+  }
+  PageEntry& e = table_.at(page);
+  MutexLock l(table_.lock_of(page));
+  LOOM_CHECK(e.fetching, "prefetch reply for a page nobody fetches: {}", dump_page(page));
+  e.fetching = false;
+  // Use the copy only if nothing changed meanwhile: still invalid and clean, and at least as new
+  // as everything now required. Otherwise the next fault fetches normally.
+  if (parsed && e.state == st(PageState::kInvalid) && e.twin == nullptr &&
+      stamp.covers(e.required)) {
+    std::memcpy(space_.sys_page(page), data.data(), kPageBytes);
+    e.version = std::move(stamp);
+    e.state = st(PageState::kReadOnly);
+    e.prot = Prot::kRead;
+    space_.protect(page, 1, e.prot);
+    counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    counters_.prefetches_dropped.fetch_add(1, std::memory_order_relaxed);
+  }
+  table_.notify(page);
 }
 
 VectorTime Hlrc::vector_time() const {

@@ -44,6 +44,8 @@ namespace loom::protocols::hlrc {
 namespace msg {
 inline constexpr comm::MsgType kPageRequest = comm::msg_range::kProtocols + 0;
 inline constexpr comm::MsgType kDiffs = comm::msg_range::kProtocols + 1;
+inline constexpr comm::MsgType kVtQuery = comm::msg_range::kProtocols + 2;
+inline constexpr comm::MsgType kGcFloor = comm::msg_range::kProtocols + 3;
 }  // namespace msg
 
 // Page states (PageEntry::state).
@@ -62,13 +64,25 @@ struct Counters {
       fetch_retries{0}, twins{0}, diffs_created{0}, diff_bytes{0}, diffs_applied{0},
       diff_bytes_applied{0}, diffs_held{0}, requests_held{0}, intervals{0}, notices_sent{0},
       notices_received{0}, invalidations{0}, two_way_merges{0}, fetch_ns{0}, home_wait_ns{0},
-      fault_ns{0},        // time inside the fault handler
-      fetch_wait_ns{0};   // of which waiting for page replies (request + transfer)
+      prefetches{0}, prefetches_dropped{0}, gc_rounds{0},
+      fault_ns{0},       // time inside the fault handler
+      fetch_wait_ns{0};  // of which waiting for page replies (request + transfer)
 };
 
 class Hlrc final : public memory::FaultTarget, public Consistency {
  public:
-  Hlrc(comm::Comm& comm, memory::AddressSpace& space, memory::PageTable& table, memory::Heap& heap);
+  struct Options {
+    // At an acquire, request the pages it invalidates that were valid read-only copies right
+    // away (asynchronously), while the homes are likely awake; a fault on such a page waits
+    // for the reply instead of sending its own request.
+    bool prefetch = true;
+    // When this many notices are stored, a release collects every node's vector time and drops
+    // the notices all of them hold (programs that synchronize only with locks; barriers collect
+    // garbage on their own).
+    size_t gc_threshold = 4096;
+  };
+  Hlrc(comm::Comm& comm, memory::AddressSpace& space, memory::PageTable& table, memory::Heap& heap,
+       Options options);
   ~Hlrc();
   Hlrc(const Hlrc&) = delete;
   Hlrc& operator=(const Hlrc&) = delete;
@@ -118,6 +132,17 @@ class Hlrc final : public memory::FaultTarget, public Consistency {
   void add_dirty(memory::PageId page, memory::PageEntry& e);
   void protect_ranges(std::vector<memory::PageId> pages, memory::Prot prot);
   void apply_records(const std::vector<Record>& records);
+  struct Prefetch {
+    memory::PageId page;
+    int32_t home;
+    std::vector<std::byte> request;
+  };
+  void start_prefetch(Prefetch p);
+  // Asks every node for its vector time and drops what all of them hold; tells them to as well.
+  void collect_garbage();
+  void install_prefetched(memory::PageId page, const Status& status, comm::Buffer reply);
+  // The page-request payload for `page` with what this node requires of it.
+  static std::vector<std::byte> page_request(memory::PageId page, const memory::VersionVec& need);
 
   Status on_page_request(comm::Incoming& in);
   Status on_diffs(comm::Incoming& in);
@@ -134,6 +159,7 @@ class Hlrc final : public memory::FaultTarget, public Consistency {
   memory::Heap& heap_;
   const comm::NodeId me_;
   const uint32_t nodes_;
+  const Options opts_;
   mutable Counters counters_;
 
   // Pages written in the current interval.
@@ -149,6 +175,8 @@ class Hlrc final : public memory::FaultTarget, public Consistency {
   NoticeStore store_ GUARDED_BY(notices_mu_);
   VectorTime applied_ GUARDED_BY(notices_mu_);  // records applied (invalidations done)
   std::atomic<bool> unapplied_{false};
+  std::atomic<bool> collecting_{false};
+  std::atomic<size_t> next_gc_at_;
 
   // Home side: requests and diffs waiting for diffs that have not arrived yet. Guarded by the
   // page's stripe lock (they are keyed by page), plus held_mu_ for the maps themselves.
