@@ -71,7 +71,9 @@ template <typename T>
 T* alloc_array(size_t n, AllocOptions options = {}) {
   return static_cast<T*>(alloc(n * sizeof(T), options));
 }
-// The home node of the page holding `p`; -1 if `p` is not in live shared memory.
+// The home node of the page holding `p`; -1 if `p` was never allocated. Asking about a
+// first-touch page nobody has touched yet counts as touching it: the caller's node becomes its
+// home. Freed memory keeps its home.
 int home_of(const void* p);
 
 // Collective (one thread of every node calls it): returns `root`'s `p` on every node. The usual
@@ -94,6 +96,8 @@ class mutex {
   mutex();
   void lock();
   void unlock();
+  // Takes the lock only if it is free and its token is at this node (no message); false
+  // otherwise, also when the lock is free but last held elsewhere.
   bool try_lock();
   uint64_t id() const { return id_; }
 

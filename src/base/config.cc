@@ -22,7 +22,7 @@ const ConfigRow kRows[] = {
     {"TRACE", ConfigType::kBool, "0",
      "Print every message sent and received with its type's printer."},
     {"STATS", ConfigType::kBool, "0",
-     "Print this node's counters (messages, bytes per type) at exit."},
+     "Print this node's counters (messages and bytes per type, shared memory) at exit."},
     {"STATS_JSON", ConfigType::kString, "",
      "Write this node's counters as JSON to this path at exit ('%r' is replaced by the rank)."},
     {"BOOTSTRAP", ConfigType::kEnum, "auto",
@@ -59,11 +59,12 @@ const ConfigRow kRows[] = {
      "Keep freed large buffers in the heap (glibc M_MMAP_THRESHOLD 4 MiB, M_TRIM_THRESHOLD 1 GiB) "
      "so large messages do not fault in fresh pages each time; 0 keeps glibc's defaults."},
     {"REGION_BASE", ConfigType::kSize, "0x200000000000",
-     "Virtual address of the shared region, the same on every node (page-aligned).", "",
-     1 << 16, INT64_MAX},
-    {"REGION_SIZE", ConfigType::kSize, "64G",
-     "Size of the shared region. Reserving costs nothing until pages are touched.", "", 1 << 20,
+     "Virtual address of the shared region, the same on every node (page-aligned).", "", 1 << 16,
      INT64_MAX},
+    {"REGION_SIZE", ConfigType::kSize, "64G",
+     "Size of the shared region (a multiple of 4 MiB). Reserving costs nothing until pages are "
+     "touched.",
+     "", 4 << 20, INT64_MAX},
     {"PREFETCH", ConfigType::kBool, "1",
      "At an acquire, fetch again at once the pages it invalidates that this node was reading, "
      "instead of at their next fault."},

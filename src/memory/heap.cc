@@ -5,6 +5,10 @@
 #include <bit>
 
 #include "base/log.h"
+#include "memory/diff.h"
+
+static_assert(loom::memory::kPageSize == loom::memory::kPageBytes,
+              "diffs and the address space must agree on the page size");
 
 namespace loom::memory {
 

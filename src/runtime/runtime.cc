@@ -119,6 +119,23 @@ void Runtime::stop() {
 void Runtime::start_memory() {
   auto base = static_cast<uintptr_t>(config_.get_int("REGION_BASE"));
   auto size = static_cast<size_t>(config_.get_int("REGION_SIZE"));
+  constexpr size_t kChunk = memory::Heap::kChunkPages * memory::kPageBytes;
+  if (size % kChunk != 0 || base % memory::kPageBytes != 0)
+    log::die(kExitConfig,
+             fmt::format("LOOM_REGION_SIZE={} must be a multiple of {} MiB (the heap's "
+                         "chunk) and LOOM_REGION_BASE={:#x} a multiple of the page size",
+                         size, kChunk >> 20, base));
+  // Every node must map the region at the same place with the same size.
+  std::string mine = fmt::format("{:#x}+{}", base, size);
+  Result<std::vector<std::string>> all = bootstrap_->allgather(mine);
+  if (!all) log::die(kExitJobFailed, "region check failed: " + all.status().to_string());
+  for (size_t n = 0; n < all->size(); ++n)
+    if ((*all)[n] != mine)
+      log::die(kExitConfig,
+               fmt::format("node {} maps the shared region at {} but this node at {} "
+                           "(LOOM_REGION_BASE and LOOM_REGION_SIZE must be the same on "
+                           "every node)",
+                           n, (*all)[n], mine));
   Result<std::unique_ptr<memory::AddressSpace>> space = memory::AddressSpace::create(base, size);
   if (!space) {
     bootstrap_->abort_job(space.status().message());
@@ -283,8 +300,18 @@ void finalize() {
 }
 
 bool initialized() { return runtime::g_runtime != nullptr; }
-int node_id() { return static_cast<int>(runtime::current().rank()); }
-int num_nodes() { return static_cast<int>(runtime::current().size()); }
+int node_id() {
+  if (!initialized())
+    log::die(runtime::kExitConfig,
+             "loom::node_id: Loom is not initialized (call loom::init first)");
+  return static_cast<int>(runtime::current().rank());
+}
+int num_nodes() {
+  if (!initialized())
+    log::die(runtime::kExitConfig,
+             "loom::num_nodes: Loom is not initialized (call loom::init first)");
+  return static_cast<int>(runtime::current().size());
+}
 
 }  // namespace loom
 

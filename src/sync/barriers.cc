@@ -171,6 +171,7 @@ Status BarrierService::on_release(std::span<const std::byte> payload) {
   }
   // Store the notices before any waiter runs.
   if (Status s = consistency_.store_notices(r); !s) return s;
+  if (r.left() != 0) return Status::malformed("barrier release: trailing bytes");
   std::vector<Waiter*> wake;
   {
     MutexLock l(mu_);

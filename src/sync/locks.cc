@@ -274,6 +274,7 @@ Status LockService::on_grant(comm::Incoming& in) {
   if (!r.u64(&id) || !has_tag(id, kLockTag)) return Status::malformed("lock grant: bad id");
   // Store the notices before anyone can run with the lock.
   if (Status s = consistency_.store_notices(r); !s) return s;
+  if (r.left() != 0) return Status::malformed("lock grant: trailing bytes");
   Waiter* w;
   {
     MutexLock l(mu_);

@@ -100,6 +100,7 @@ Status Hlrc::register_messages() {
     ByteReader r(in.payload());
     Result<VectorTime> floor = read_vt(r, nodes_);
     if (!floor) return floor.status();
+    if (r.left() != 0) return Status::malformed("gc floor: trailing bytes");
     gc(*floor);
     return Status::ok();
   });
@@ -683,6 +684,7 @@ void Hlrc::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_
       LOOM_CHECK(s2.ok(), "held diff for page {}: {}", page, s2.to_string());
       e.version.raise(next.writer, next.interval);
       counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
+      counters_.diff_bytes_applied.fetch_add(next.diff.size(), std::memory_order_relaxed);
     }
   }
   answer_held_locked(page, e);
