@@ -91,7 +91,6 @@ class Hlrc final : public memory::FaultTarget, public Consistency {
 
   // FaultTarget.
   bool on_fault(void* addr, bool is_write) override;
-  bool handle_fault(void* addr, bool is_write);
 
   // Ends this node's interval: flushes every dirty page (diffs to homes) and records the write
   // notice. No-op if nothing was written. Application threads.
@@ -127,6 +126,7 @@ class Hlrc final : public memory::FaultTarget, public Consistency {
     uint32_t count = 0;
   };
 
+  bool handle_fault(void* addr, bool is_write);
   bool fault_home(memory::PageId page, memory::PageEntry& e, bool is_write, MutexLock& held);
   bool fetch(memory::PageId page, bool is_write);
   void add_dirty(memory::PageId page, memory::PageEntry& e);
