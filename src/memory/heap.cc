@@ -89,15 +89,18 @@ Status Heap::register_messages() {
       [this](const PageMsg& m, comm::Incoming& in) -> Status {
         if (m.page >= space_.num_pages()) return Status::malformed("home query outside the region");
         HomeReply r{};
-        MutexLock l(mu_);
-        r.home = owner_home(m.page, in.src());
-        if (const Record* rec = find_record(m.page);
-            rec != nullptr && !rec->slab && rec->placement != Placement::kFirstTouch) {
-          r.placement = static_cast<uint8_t>(rec->placement);
-          r.node = rec->node;
-          r.record_first = rec->first;
-          r.record_pages = rec->pages;
+        {
+          MutexLock l(mu_);
+          r.home = owner_home(m.page, in.src());
+          if (const Record* rec = find_record(m.page);
+              rec != nullptr && !rec->slab && rec->placement != Placement::kFirstTouch) {
+            r.placement = static_cast<uint8_t>(rec->placement);
+            r.node = rec->node;
+            r.record_first = rec->first;
+            r.record_pages = rec->pages;
+          }
         }
+        // note: replying takes the transport's lock; never while holding mu_ (one lock order).
         return comm_.reply(in.reply_to(), comm::as_bytes_of(r));
       },
       [](const PageMsg& m) { return fmt::format("page={}", m.page); });

@@ -587,35 +587,42 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
   if (Status s = read_version(r, nodes_, &need); !s) return s;
   if (r.left() != 0) return Status::malformed("page request: trailing bytes");
   PageEntry& e = table_.at(page);
-  MutexLock l(table_.lock_of(page));
-  if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
-  LOOM_CHECK(e.home == static_cast<int32_t>(me_), "node {} asked for page {} here: {}", in.src(),
-             page, dump_page(page));
-  if (e.state == st(PageState::kUnknown)) {
-    e.state = st(PageState::kHomeShared);
-  } else if (e.state == st(PageState::kHomePrivate)) {
-    // The page becomes shared. Writes made while it was private carry no notice, so count the
-    // page as written in the current interval: the next release announces it, and from then on
-    // writes are detected. It stays writable until that release.
-    e.state = st(PageState::kHomeShared);
-    add_dirty(page, e);
+  std::vector<std::byte> out;
+  {
+    MutexLock l(table_.lock_of(page));
+    if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
+    LOOM_CHECK(e.home == static_cast<int32_t>(me_), "node {} asked for page {} here: {}", in.src(),
+               page, dump_page(page));
+    if (e.state == st(PageState::kUnknown)) {
+      e.state = st(PageState::kHomeShared);
+    } else if (e.state == st(PageState::kHomePrivate)) {
+      // The page becomes shared. Writes made while it was private carry no notice, so count the
+      // page as written in the current interval: the next release announces it, and from then on
+      // writes are detected. It stays writable until that release.
+      e.state = st(PageState::kHomeShared);
+      add_dirty(page, e);
+    }
+    if (!e.version.covers(need)) {
+      counters_.requests_held.fetch_add(1, std::memory_order_relaxed);
+      MutexLock h(held_mu_);
+      held_requests_[page].push_back({in.reply_to(), std::move(need)});
+      return Status::ok();
+    }
+    out = page_reply_locked(page, e);
   }
-  if (!e.version.covers(need)) {
-    counters_.requests_held.fetch_add(1, std::memory_order_relaxed);
-    MutexLock h(held_mu_);
-    held_requests_[page].push_back({in.reply_to(), std::move(need)});
-    return Status::ok();
-  }
-  return reply_page_locked(page, e, in.reply_to());
+  // note: sent after the stripe lock is released. Replying takes the transport's lock, which
+  // this thread may already hold when the handler runs inside transport progress; no stripe
+  // lock is ever held while taking it, so the two locks have one order.
+  return comm_.reply(in.reply_to(), out);
 }
 
-Status Hlrc::reply_page_locked(PageId page, PageEntry& e, const comm::ReplyTo& to) {
+std::vector<std::byte> Hlrc::page_reply_locked(PageId page, PageEntry& e) {
   std::vector<std::byte> out;
   out.reserve(kPageBytes + 16 + 8 * e.version.entries().size());
   ByteWriter w(&out);
   write_version(w, e.version);
   w.bytes({space_.sys_page(page), kPageBytes});
-  return comm_.reply(to, out);
+  return out;
 }
 
 Status Hlrc::on_diffs(comm::Incoming& in) {
@@ -632,18 +639,27 @@ Status Hlrc::on_diffs(comm::Incoming& in) {
         page >= space_.num_pages() || prev >= interval)
       return Status::malformed("diffs: bad page entry");
     PageEntry& e = table_.at(page);
-    MutexLock l(table_.lock_of(page));
-    if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
-    if (e.home != static_cast<int32_t>(me_))
-      return Status::malformed(fmt::format("diff for page {} whose home is node {}", page, e.home));
-    apply_diff_locked(page, e, writer, interval, prev, diff);
+    std::vector<ReadyReply> ready;
+    {
+      MutexLock l(table_.lock_of(page));
+      if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
+      if (e.home != static_cast<int32_t>(me_))
+        return Status::malformed(
+            fmt::format("diff for page {} whose home is node {}", page, e.home));
+      apply_diff_locked(page, e, writer, interval, prev, diff, &ready);
+    }
+    for (ReadyReply& rr : ready) {
+      Status s = comm_.reply(rr.to, rr.payload);
+      if (!s) LOOM_WARN("answering a held request for page {}: {}", page, s.to_string());
+    }
   }
   if (r.left() != 0) return Status::malformed("diffs: trailing bytes");
   return Status::ok();
 }
 
 void Hlrc::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_t interval,
-                             uint32_t prev, std::span<const std::byte> diff) {
+                             uint32_t prev, std::span<const std::byte> diff,
+                             std::vector<ReadyReply>* ready) {
   uint32_t have = e.version.get(writer);
   LOOM_CHECK(have <= prev, "diff ({}, {}) for page {} arrived twice or out of order: {}", writer,
              interval, page, dump_page(page));
@@ -687,11 +703,11 @@ void Hlrc::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_
       counters_.diff_bytes_applied.fetch_add(next.diff.size(), std::memory_order_relaxed);
     }
   }
-  answer_held_locked(page, e);
+  answer_held_locked(page, e, ready);
   table_.notify(page);
 }
 
-void Hlrc::answer_held_locked(PageId page, PageEntry& e) {
+void Hlrc::answer_held_locked(PageId page, PageEntry& e, std::vector<ReadyReply>* out) {
   std::vector<comm::ReplyTo> ready;
   {
     MutexLock h(held_mu_);
@@ -708,10 +724,7 @@ void Hlrc::answer_held_locked(PageId page, PageEntry& e) {
     }
     if (v.empty()) held_requests_.erase(it);
   }
-  for (const comm::ReplyTo& to : ready) {
-    Status s = reply_page_locked(page, e, to);
-    if (!s) LOOM_WARN("answering a held request for page {}: {}", page, s.to_string());
-  }
+  for (const comm::ReplyTo& to : ready) out->push_back({to, page_reply_locked(page, e)});
 }
 
 }  // namespace loom::protocols::hlrc

@@ -148,10 +148,17 @@ class Hlrc final : public memory::FaultTarget, public Consistency {
   Status on_diffs(comm::Incoming& in);
   // Home side, stripe lock held: applies a diff if it is next in the writer's order, then any
   // held diffs it unblocks, then answers held requests now satisfied.
+  // Replies are built under the stripe lock and sent after it is released.
+  struct ReadyReply {
+    comm::ReplyTo to;
+    std::vector<std::byte> payload;
+  };
   void apply_diff_locked(memory::PageId page, memory::PageEntry& e, uint32_t writer,
-                         uint32_t interval, uint32_t prev, std::span<const std::byte> diff);
-  void answer_held_locked(memory::PageId page, memory::PageEntry& e);
-  Status reply_page_locked(memory::PageId page, memory::PageEntry& e, const comm::ReplyTo& to);
+                         uint32_t interval, uint32_t prev, std::span<const std::byte> diff,
+                         std::vector<ReadyReply>* ready);
+  void answer_held_locked(memory::PageId page, memory::PageEntry& e,
+                          std::vector<ReadyReply>* ready);
+  std::vector<std::byte> page_reply_locked(memory::PageId page, memory::PageEntry& e);
 
   comm::Comm& comm_;
   memory::AddressSpace& space_;
