@@ -42,6 +42,9 @@ Status read_version(ByteReader& r, uint32_t nodes, VersionVec* out) {
 
 int64_t now() { return comm::now_ns(); }
 
+// Pages handled under one set of stripe locks (release, acquire).
+constexpr size_t kStripeBatch = 32;
+
 }  // namespace
 
 const char* state_name(uint8_t s) {
@@ -317,15 +320,20 @@ void Hlrc::release() {
   }
   std::map<int32_t, DiffBatch> batches;
   Record rec{me_, interval, {}};
-  {
-    memory::PageTable::StripeSet locks(table_, pages);
+  // note: in batches of kStripeBatch pages, so a thread holds a bounded number of stripe locks
+  // (each page is still write-protected and diffed under its own stripe).
+  for (size_t b0 = 0; b0 < pages.size(); b0 += kStripeBatch) {
+    std::vector<PageId> batch(
+        pages.begin() + static_cast<ptrdiff_t>(b0),
+        pages.begin() + static_cast<ptrdiff_t>(std::min(pages.size(), b0 + kStripeBatch)));
+    memory::PageTable::StripeSet locks(table_, batch);
     // Write-protect first: a local thread writing meanwhile now faults and waits for the
     // stripe, so the diff below sees every write of this interval and none of the next.
     std::vector<PageId> open;
-    for (PageId p : pages)
+    for (PageId p : batch)
       if (table_.at(p).prot == Prot::kReadWrite) open.push_back(p);
     protect_ranges(open, Prot::kRead);
-    for (PageId p : pages) {
+    for (PageId p : batch) {
       PageEntry& e = table_.at(p);
       e.in_dirty_list = false;
       if (e.home == static_cast<int32_t>(me_)) {
@@ -466,10 +474,14 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
   for (const auto& [p, v] : need) pages.push_back(p);
   std::sort(pages.begin(), pages.end());
   std::vector<Prefetch> prefetch;
-  {
-    memory::PageTable::StripeSet locks(table_, pages);
+  for (size_t b0 = 0; b0 < pages.size(); b0 += kStripeBatch) {
+    std::vector<PageId> batch(
+        pages.begin() + static_cast<ptrdiff_t>(b0),
+        pages.begin() + static_cast<ptrdiff_t>(std::min(pages.size(), b0 + kStripeBatch)));
+    memory::PageTable::StripeSet locks(table_, batch);
     std::vector<PageId> close;
-    for (PageId p : pages) {
+    size_t first_prefetch = prefetch.size();
+    for (PageId p : batch) {
       PageEntry& e = table_.at(p);
       e.required.raise_all(need[p]);
       if (e.version.covers(e.required)) continue;  // our copy already has those writes
@@ -490,7 +502,8 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
       }
     }
     protect_ranges(close, Prot::kNone);
-    for (Prefetch& f : prefetch) f.request = page_request(f.page, table_.at(f.page).required);
+    for (size_t k = first_prefetch; k < prefetch.size(); ++k)
+      prefetch[k].request = page_request(prefetch[k].page, table_.at(prefetch[k].page).required);
   }
   for (Prefetch& f : prefetch) start_prefetch(std::move(f));
 }
