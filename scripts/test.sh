@@ -2,8 +2,9 @@
 # Quick start, step 2: build and run all tests.
 #
 #   scripts/test.sh            release build + every test (unit, launcher, multi-process), then
-#                              the same suite under ASan+UBSan and ThreadSanitizer, and the clang
-#                              -Wthread-safety build
+#                              the same suite under ASan+UBSan and ThreadSanitizer (without the
+#                              six tests labelled "slow", which run in the release pass), and
+#                              the clang -Wthread-safety build
 #   scripts/test.sh --quick    release build + every test only
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,7 @@ if ((quick == 0)); then
   cmake --preset asan >/dev/null && cmake --build --preset asan || exit 1
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
-    ctest --preset asan -j2 -LE bench || status=1
+    ctest --preset asan -j2 -LE 'bench|slow' || status=1
 
   step "ThreadSanitizer build and tests"
   cmake --preset tsan >/dev/null && cmake --build --preset tsan || exit 1
@@ -41,7 +42,7 @@ if ((quick == 0)); then
   # itself, never interrupting the allocator), but TSan cannot tell.
   UCX_MEM_MMAP_HOOK_MODE=none LOOM_REGION_BASE=0x4000000000 LOOM_REGION_SIZE=16G \
     TSAN_OPTIONS="halt_on_error=1 report_signal_unsafe=0 history_size=7 suppressions=$PWD/tests/tsan.supp" \
-    ctest --preset tsan -j2 || status=1
+    ctest --preset tsan -j2 -LE slow || status=1
 fi
 if ((status == 0)); then echo; echo "== all tests passed"; else echo; echo "== SOME TESTS FAILED"; fi
 exit $status
