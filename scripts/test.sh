@@ -15,6 +15,11 @@ step() { echo; echo "== $*"; }
 
 step "layering check (docs/architecture.md)"
 scripts/check-layers.sh || status=1
+# Status::ok() is the static factory: `s.ok()` compiles but is always OK. Tests use s.is_ok().
+if grep -rnE '[A-Za-z_0-9)\]]\.ok\(\)' src tools tests bench apps; then
+  echo "test.sh: the lines above call the factory Status::ok() on a value; use .is_ok()"
+  status=1
+fi
 
 step "release build and tests"
 cmake --preset release >/dev/null && cmake --build --preset release || exit 1

@@ -55,6 +55,7 @@ class Completion final : public OpCallback {
   static constexpr uint32_t kDone = 2;
 
   bool sleep_until_done(int64_t timeout_ns);
+  static void yield_to_dispatcher();
 
   std::atomic<uint32_t> state_{kPending};
   Status status_;  // written before state_ becomes kDone (release), read after (acquire)

@@ -153,7 +153,7 @@ void Runtime::start_memory() {
   // Registered before the start-up barrier: no peer can send these types earlier.
   for (Status s : {heap_->register_messages(), hlrc_->register_messages(),
                    locks_->register_messages(), barriers_->register_messages()})
-    LOOM_CHECK(s.ok(), "registering message types: {}", s.to_string());
+    LOOM_CHECK(s.is_ok(), "registering message types: {}", s.to_string());
   if (Status s = memory::install_fault_handler(space_.get(), hlrc_.get()); !s)
     log::die(kExitJobFailed, s.to_string());
   dumper_id_ = log::add_state_dumper([this] {

@@ -66,13 +66,13 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
   comm::NodeId mgr = manager_of(id);
   if (mgr == me_) {
     Status s = on_arrive(me_, payload);
-    LOOM_CHECK(s.ok(), "barrier {:#x}: {}", id, s.to_string());
+    LOOM_CHECK(s.is_ok(), "barrier {:#x}: {}", id, s.to_string());
   } else {
     Status s = comm_.send(mgr, msg::kBarrierArrive, payload);
-    LOOM_CHECK(s.ok(), "barrier {:#x}: sending the arrival to node {}: {}", id, mgr, s.to_string());
+    LOOM_CHECK(s.is_ok(), "barrier {:#x}: sending the arrival to node {}: {}", id, mgr, s.to_string());
   }
   const Status& s = comm_.wait(w.done);
-  LOOM_CHECK(s.ok(), "barrier {:#x}: {}", id, s.to_string());
+  LOOM_CHECK(s.is_ok(), "barrier {:#x}: {}", id, s.to_string());
   counters_.wait_ns.fetch_add(comm::now_ns() - t0, std::memory_order_relaxed);
   consistency_.acquire();
 }
@@ -145,11 +145,11 @@ Status BarrierService::on_arrive(comm::NodeId src, std::span<const std::byte> pa
   for (comm::NodeId n : targets) {
     if (n == me_) {
       Status s = on_release(release);
-      LOOM_CHECK(s.ok(), "barrier {:#x}: {}", id, s.to_string());
+      LOOM_CHECK(s.is_ok(), "barrier {:#x}: {}", id, s.to_string());
       continue;
     }
     Status s = comm_.send(n, msg::kBarrierRelease, release);
-    LOOM_CHECK(s.ok(), "barrier {:#x}: sending the release to node {}: {}", id, n, s.to_string());
+    LOOM_CHECK(s.is_ok(), "barrier {:#x}: sending the release to node {}: {}", id, n, s.to_string());
   }
   return Status::ok();
 }

@@ -143,7 +143,7 @@ void LockService::lock(uint64_t id) {
   int64_t t0 = comm::now_ns();
   if (ask) send_request(id);
   const Status& s = comm_.wait(w.done);
-  LOOM_CHECK(s.ok(), "waiting for lock {:#x}: {}", id, s.to_string());
+  LOOM_CHECK(s.is_ok(), "waiting for lock {:#x}: {}", id, s.to_string());
   counters_.wait_ns.fetch_add(comm::now_ns() - t0, std::memory_order_relaxed);
   consistency_.acquire();
 }
@@ -211,7 +211,7 @@ LockService::Grant LockService::make_grant(uint64_t id, NodeLock& nl) {
 void LockService::send_grant(Grant g) {
   counters_.grants_sent.fetch_add(1, std::memory_order_relaxed);
   Status s = comm_.send(g.to, msg::kLockGrant, g.payload);
-  LOOM_CHECK(s.ok(), "sending a lock grant to node {}: {}", g.to, s.to_string());
+  LOOM_CHECK(s.is_ok(), "sending a lock grant to node {}: {}", g.to, s.to_string());
 }
 
 void LockService::send_request(uint64_t id) {
@@ -227,7 +227,7 @@ void LockService::send_request(uint64_t id) {
   w.u32(me_);
   protocols::hlrc::write_vt(w, vt);
   Status s = comm_.send(mgr, msg::kLockRequest, payload);
-  LOOM_CHECK(s.ok(), "sending a lock request to node {}: {}", mgr, s.to_string());
+  LOOM_CHECK(s.is_ok(), "sending a lock request to node {}: {}", mgr, s.to_string());
 }
 
 void LockService::on_request(uint64_t id, comm::NodeId requester, VectorTime vt) {
@@ -249,7 +249,7 @@ void LockService::on_request(uint64_t id, comm::NodeId requester, VectorTime vt)
   w.u32(requester);
   protocols::hlrc::write_vt(w, vt);
   Status s = comm_.send(prev, msg::kLockForward, payload);
-  LOOM_CHECK(s.ok(), "forwarding a lock request to node {}: {}", prev, s.to_string());
+  LOOM_CHECK(s.is_ok(), "forwarding a lock request to node {}: {}", prev, s.to_string());
 }
 
 void LockService::on_forward(uint64_t id, comm::NodeId requester, VectorTime vt) {

@@ -264,7 +264,7 @@ bool Hlrc::fetch(PageId page, bool is_write) {
       std::memcpy(e.twin.get(), data.data(), kPageBytes);
       std::memcpy(sys, data.data(), kPageBytes);
       Status s = memory::diff_apply(local, sys);
-      LOOM_CHECK(s.ok(), "re-applying local writes: {}: {}", s.to_string(), dump_page(page));
+      LOOM_CHECK(s.is_ok(), "re-applying local writes: {}: {}", s.to_string(), dump_page(page));
       counters_.two_way_merges.fetch_add(1, std::memory_order_relaxed);
       e.state = st(PageState::kWritable);
       e.prot = Prot::kReadWrite;
@@ -396,7 +396,7 @@ void Hlrc::release() {
     w.u32(b.count);
     w.bytes(b.bytes);
     Status s = comm_.send(static_cast<comm::NodeId>(home), msg::kDiffs, payload);
-    LOOM_CHECK(s.ok(), "sending diffs to node {}: {}", home, s.to_string());
+    LOOM_CHECK(s.is_ok(), "sending diffs to node {}: {}", home, s.to_string());
   }
 }
 
@@ -523,9 +523,9 @@ void Hlrc::install_prefetched(PageId page, const Status& status, comm::Buffer re
   VersionVec stamp;
   std::span<const std::byte> data;
   bool parsed = false;
-  if (status.ok()) {
+  if (status.is_ok()) {
     ByteReader r(reply.span());
-    parsed = read_version(r, nodes_, &stamp).ok() && r.bytes(kPageBytes, &data) && r.left() == 0;
+    parsed = read_version(r, nodes_, &stamp).is_ok() && r.bytes(kPageBytes, &data) && r.left() == 0;
   }
   PageEntry& e = table_.at(page);
   MutexLock l(table_.lock_of(page));
@@ -685,7 +685,7 @@ void Hlrc::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_
     return;
   }
   Status s = memory::diff_apply(diff, space_.sys_page(page));
-  LOOM_CHECK(s.ok(), "diff from node {} for page {}: {}", writer, page, s.to_string());
+  LOOM_CHECK(s.is_ok(), "diff from node {} for page {}: {}", writer, page, s.to_string());
   e.version.raise(writer, interval);
   counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
   counters_.diff_bytes_applied.fetch_add(diff.size(), std::memory_order_relaxed);
@@ -710,7 +710,7 @@ void Hlrc::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_
     }
     if (progress) {
       Status s2 = memory::diff_apply(next.diff, space_.sys_page(page));
-      LOOM_CHECK(s2.ok(), "held diff for page {}: {}", page, s2.to_string());
+      LOOM_CHECK(s2.is_ok(), "held diff for page {}: {}", page, s2.to_string());
       e.version.raise(next.writer, next.interval);
       counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
       counters_.diff_bytes_applied.fetch_add(next.diff.size(), std::memory_order_relaxed);
