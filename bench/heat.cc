@@ -83,6 +83,7 @@
 #include <thread>
 #include <vector>
 
+#include "app_util.h"
 #include "bench_util.h"
 #ifndef LOOM_BENCH_NO_DSM
 #include "loom/loom.hpp"
@@ -95,7 +96,6 @@ namespace {
 constexpr char kName[] = "heat";
 constexpr double kAlpha = 0.2;  // dt / dd^2
 constexpr double kTop = 100, kRight = 75, kBottom = 50, kLeft = 25;
-constexpr int kExitUsage = 2;  // as loomrun and the other benchmarks: bad arguments
 
 struct Args {
   std::string form = "hfp";
@@ -126,10 +126,6 @@ struct Shared {
 };
 
 size_t border_rows(size_t p) { return std::max<size_t>(2 * p - 2, 1); }
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // --- The computation (the same code in every mode)
 // ------------------------------------------------ note: the kernels are out of line so that every
@@ -191,21 +187,6 @@ class Slice {
   for (size_t j = 0; j < cols; ++j) s += row[j];
   return s;
 }
-
-// How the threads of a mode wait for each other.
-struct NoSync {
-  void wait() {}
-};
-struct StdSync {
-  std::barrier<>* b;
-  void wait() { b->arrive_and_wait(); }
-};
-#ifndef LOOM_BENCH_NO_DSM
-struct LoomSync {
-  loom::barrier b;
-  void wait() { b.wait(); }
-};
-#endif
 
 // The body of global thread `p` of `np`. Thread 0 fills *report.
 template <typename Sync>
@@ -370,27 +351,6 @@ LoomResult run_loom(const Args& args, int* argc, char*** argv) {
 
 // --- Command line and output ------------------------------------------------------------------
 
-bool is_node0() {
-  const char* rank = std::getenv("LOOM_RANK");
-  return rank == nullptr || std::strcmp(rank, "0") == 0;
-}
-
-// Reports a parse error (or prints the help) once for the whole job and returns the exit status.
-int exit_for(const CLI::App& app, const CLI::ParseError& e) {
-  if (is_node0()) {
-    if (e.get_exit_code() == 0) {
-      app.exit(e);  // --help
-    } else {
-      std::fprintf(stderr, "%s: %s (see --help)\n", kName, e.what());
-    }
-  } else {
-    // note: the others exit a moment later, so that the launcher, which stops the job when the
-    // first node exits, does not stop node 0 before it has printed the reason.
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
-  return e.get_exit_code() == 0 ? 0 : kExitUsage;
-}
-
 void parse(int argc, char** argv, Args* args, CLI::App* app) {
   app->add_option("--form", args->form, "hfp (no stopping test) or hfp_d (D array)")
       ->check(CLI::IsMember({"hfp", "hfp_d"}));
@@ -461,7 +421,7 @@ int main(int argc, char** argv) {
   try {
     parse(argc, argv, &args, &app);
   } catch (const CLI::ParseError& e) {
-    return exit_for(app, e);
+    return exit_for(app, e, kName);
   }
   if (args.mode != "loom") {
     print(args, 1, run_local(args));

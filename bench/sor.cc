@@ -52,6 +52,7 @@
 #include <thread>
 #include <vector>
 
+#include "app_util.h"
 #include "bench_util.h"
 #ifndef LOOM_BENCH_NO_DSM
 #include "loom/loom.hpp"
@@ -63,7 +64,6 @@ namespace {
 
 constexpr char kName[] = "sor";
 constexpr double kOmega = 1.25;
-constexpr int kExitUsage = 2;  // as loomrun and the other benchmarks: bad arguments
 
 struct Args {
   size_t n = 2048;
@@ -80,10 +80,6 @@ struct Report {
   std::vector<double> seconds;  // one per repetition
   double checksum = 0;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // --- The computation (the same code in every mode)
 // ------------------------------------------------ note: the kernels are out of line so that every
@@ -128,21 +124,6 @@ double boundary_value(size_t i, size_t j, size_t n) {
   }
   return total;
 }
-
-// How the threads of a mode wait for each other.
-struct NoSync {
-  void wait() {}
-};
-struct StdSync {
-  std::barrier<>* b;
-  void wait() { b->arrive_and_wait(); }
-};
-#ifndef LOOM_BENCH_NO_DSM
-struct LoomSync {
-  loom::barrier b;
-  void wait() { b.wait(); }
-};
-#endif
 
 // The body of global thread `g` of `p`. Thread 0 fills *report.
 template <typename Sync>
@@ -252,27 +233,6 @@ LoomResult run_loom(const Args& args, int* argc, char*** argv) {
 
 // --- Command line and output ------------------------------------------------------------------
 
-bool is_node0() {
-  const char* rank = std::getenv("LOOM_RANK");
-  return rank == nullptr || std::strcmp(rank, "0") == 0;
-}
-
-// Reports a parse error (or prints the help) once for the whole job and returns the exit status.
-int exit_for(const CLI::App& app, const CLI::ParseError& e) {
-  if (is_node0()) {
-    if (e.get_exit_code() == 0) {
-      app.exit(e);  // --help
-    } else {
-      std::fprintf(stderr, "%s: %s (see --help)\n", kName, e.what());
-    }
-  } else {
-    // note: the others exit a moment later, so that the launcher, which stops the job when the
-    // first node exits, does not stop node 0 before it has printed the reason.
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  }
-  return e.get_exit_code() == 0 ? 0 : kExitUsage;
-}
-
 void parse(int argc, char** argv, Args* args, CLI::App* app) {
   app->add_option("--n", args->n, "grid size (N x N doubles)")
       ->check(CLI::Range(size_t{3}, size_t{1} << 16));
@@ -327,7 +287,7 @@ int main(int argc, char** argv) {
   try {
     parse(argc, argv, &args, &app);
   } catch (const CLI::ParseError& e) {
-    return exit_for(app, e);
+    return exit_for(app, e, kName);
   }
   if (args.mode != "loom") {
     print(args, 1, run_local(args));

@@ -221,13 +221,20 @@ void LockService::send_request(uint64_t id) {
     on_request(id, me_, std::move(vt));
     return;
   }
+  send_queue_msg(mgr, msg::kLockRequest, id, me_, vt);
+}
+
+// lock.request and lock.forward: u64 id, u32 requester, vector time.
+void LockService::send_queue_msg(comm::NodeId dst, comm::MsgType type, uint64_t id,
+                                 comm::NodeId requester, const VectorTime& vt) {
   std::vector<std::byte> payload;
   ByteWriter w(&payload);
   w.u64(id);
-  w.u32(me_);
+  w.u32(requester);
   protocols::hlrc::write_vt(w, vt);
-  Status s = comm_.send(mgr, msg::kLockRequest, payload);
-  LOOM_CHECK(s.is_ok(), "sending a lock request to node {}: {}", mgr, s.to_string());
+  Status s = comm_.send(dst, type, payload);
+  LOOM_CHECK(s.is_ok(), "sending {} for lock {:#x} to node {}: {}", comm_.registry().name_of(type),
+             id, dst, s.to_string());
 }
 
 void LockService::on_request(uint64_t id, comm::NodeId requester, VectorTime vt) {
@@ -243,13 +250,7 @@ void LockService::on_request(uint64_t id, comm::NodeId requester, VectorTime vt)
     on_forward(id, requester, std::move(vt));
     return;
   }
-  std::vector<std::byte> payload;
-  ByteWriter w(&payload);
-  w.u64(id);
-  w.u32(requester);
-  protocols::hlrc::write_vt(w, vt);
-  Status s = comm_.send(prev, msg::kLockForward, payload);
-  LOOM_CHECK(s.is_ok(), "forwarding a lock request to node {}: {}", prev, s.to_string());
+  send_queue_msg(prev, msg::kLockForward, id, requester, vt);
 }
 
 void LockService::on_forward(uint64_t id, comm::NodeId requester, VectorTime vt) {

@@ -84,6 +84,8 @@ class LockService {
   NodeLock& node_lock(uint64_t id) REQUIRES(mu_);
   void ensure_managed(uint64_t id) REQUIRES(mu_);
   void send_request(uint64_t id);
+  void send_queue_msg(comm::NodeId dst, comm::MsgType type, uint64_t id, comm::NodeId requester,
+                      const protocols::VectorTime& vt);
   void on_request(uint64_t id, comm::NodeId requester, protocols::VectorTime vt);
   void on_forward(uint64_t id, comm::NodeId requester, protocols::VectorTime vt);
   Status on_grant(comm::Incoming& in);
