@@ -42,6 +42,22 @@ Status read_version(ByteReader& r, uint32_t nodes, VersionVec* out) {
 
 int64_t now() { return comm::now_ns(); }
 
+// A page reply with no data stands for a page of zeros: the home had never used the page, and
+// neither side needs to materialize it to send or receive it.
+const std::byte kZeroPage[kPageBytes] = {};
+
+// Parses a page reply: version stamp, then 4 KiB of data or nothing (a zero page).
+bool parse_page_reply(ByteReader& r, uint32_t nodes, VersionVec* stamp,
+                      std::span<const std::byte>* data, bool* zero) {
+  if (!read_version(r, nodes, stamp).is_ok()) return false;
+  *zero = r.left() == 0;
+  if (*zero) {
+    *data = {kZeroPage, kPageBytes};
+    return true;
+  }
+  return r.bytes(kPageBytes, data) && r.left() == 0;
+}
+
 // Pages handled under one set of stripe locks (release, acquire).
 constexpr size_t kStripeBatch = 32;
 
@@ -246,7 +262,8 @@ bool Hlrc::fetch(PageId page, bool is_write) {
     ByteReader r(reply->span());
     VersionVec stamp;
     std::span<const std::byte> data;
-    if (Status s = read_version(r, nodes_, &stamp); !s || !r.bytes(kPageBytes, &data) || r.left())
+    bool zero;
+    if (!parse_page_reply(r, nodes_, &stamp, &data, &zero))
       log::fatal(fmt::format("malformed page reply for page {} from node {}", page, home));
     counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
 
@@ -269,7 +286,8 @@ bool Hlrc::fetch(PageId page, bool is_write) {
       e.state = st(PageState::kWritable);
       e.prot = Prot::kReadWrite;
     } else {
-      std::memcpy(sys, data.data(), kPageBytes);
+      // note: a page this node never held is still a hole in its memfd and reads as zero.
+      if (!(zero && e.state == st(PageState::kUnknown))) std::memcpy(sys, data.data(), kPageBytes);
       if (is_write) {
         e.twin.reset(new std::byte[kPageBytes]);
         std::memcpy(e.twin.get(), data.data(), kPageBytes);
@@ -522,10 +540,10 @@ void Hlrc::start_prefetch(Prefetch f) {
 void Hlrc::install_prefetched(PageId page, const Status& status, comm::Buffer reply) {
   VersionVec stamp;
   std::span<const std::byte> data;
-  bool parsed = false;
+  bool parsed = false, zero = false;
   if (status.is_ok()) {
     ByteReader r(reply.span());
-    parsed = read_version(r, nodes_, &stamp).is_ok() && r.bytes(kPageBytes, &data) && r.left() == 0;
+    parsed = parse_page_reply(r, nodes_, &stamp, &data, &zero);
   }
   PageEntry& e = table_.at(page);
   MutexLock l(table_.lock_of(page));
@@ -606,7 +624,10 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
     if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
     LOOM_CHECK(e.home == static_cast<int32_t>(me_), "node {} asked for page {} here: {}", in.src(),
                page, dump_page(page));
+    bool never_used = false;
     if (e.state == st(PageState::kUnknown)) {
+      // The home never touched the page and no diff reached it: it is all zeros.
+      never_used = e.version.empty();
       e.state = st(PageState::kHomeShared);
     } else if (e.state == st(PageState::kHomePrivate)) {
       // The page becomes shared. Writes made while it was private carry no notice, so count the
@@ -621,7 +642,7 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
       held_requests_[page].push_back({in.reply_to(), std::move(need)});
       return Status::ok();
     }
-    out = page_reply_locked(page, e);
+    out = page_reply_locked(page, e, never_used);
   }
   // note: sent after the stripe lock is released. Replying takes the transport's lock, which
   // this thread may already hold when the handler runs inside transport progress; no stripe
@@ -629,12 +650,12 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
   return comm_.reply(in.reply_to(), out);
 }
 
-std::vector<std::byte> Hlrc::page_reply_locked(PageId page, PageEntry& e) {
+std::vector<std::byte> Hlrc::page_reply_locked(PageId page, PageEntry& e, bool zero) {
   std::vector<std::byte> out;
   out.reserve(kPageBytes + 16 + 8 * e.version.entries().size());
   ByteWriter w(&out);
   write_version(w, e.version);
-  w.bytes({space_.sys_page(page), kPageBytes});
+  if (!zero) w.bytes({space_.sys_page(page), kPageBytes});
   return out;
 }
 
@@ -737,7 +758,7 @@ void Hlrc::answer_held_locked(PageId page, PageEntry& e, std::vector<ReadyReply>
     }
     if (v.empty()) held_requests_.erase(it);
   }
-  for (const comm::ReplyTo& to : ready) out->push_back({to, page_reply_locked(page, e)});
+  for (const comm::ReplyTo& to : ready) out->push_back({to, page_reply_locked(page, e, false)});
 }
 
 }  // namespace loom::protocols::hlrc

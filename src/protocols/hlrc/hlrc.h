@@ -158,7 +158,9 @@ class Hlrc final : public memory::FaultTarget, public Consistency {
                          std::vector<ReadyReply>* ready);
   void answer_held_locked(memory::PageId page, memory::PageEntry& e,
                           std::vector<ReadyReply>* ready);
-  std::vector<std::byte> page_reply_locked(memory::PageId page, memory::PageEntry& e);
+  // The reply to a page request: version stamp, then the page, or nothing if `zero` (the home
+  // never used the page: it is all zeros).
+  std::vector<std::byte> page_reply_locked(memory::PageId page, memory::PageEntry& e, bool zero);
 
   comm::Comm& comm_;
   memory::AddressSpace& space_;
