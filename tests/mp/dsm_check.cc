@@ -14,6 +14,8 @@
 //                                  every other page of PAGES (more mappings than
 //                                  vm.max_map_count allows unless Loom collapses)
 //   dsm_check gc BARRIERS          many barrier intervals; write-notice storage stays bounded
+//   dsm_check lockgc ROUNDS        nodes take turns under one lock, no barrier: notice storage
+//                                  stays bounded by the lock-only garbage collection
 //
 // Misuse (each must stop the job; tests/mp/CMakeLists.txt checks the message or the signal):
 //   dsm_check badaccess WHAT       the last node reads never-allocated shared memory: WHAT =
@@ -1067,6 +1069,43 @@ int gc_check(int barriers) {
       me(), barriers, secs, barriers / secs, worst);
   return 0;
 }
+// --- lock-only garbage collection ------------------------------------------------------------
+
+// The nodes take turns (a turn variable under one lock) writing a shared word; nothing but the
+// lock synchronizes them until the end, so only the lock-only collection (a release that finds
+// 4096 notices stored asks every node for its vector time) can drop notices.
+int lockgc(int rounds) {
+  const int N = nodes();
+  constexpr size_t kThreshold = 4096;  // Hlrc::Options::gc_threshold
+  Header* h = shared_header(static_cast<uint32_t>(N));
+  auto* turn = shared_from_node0<uint64_t>(2, {loom::Placement::kNode, 0});
+  auto* word = turn + 1;
+  loom::mutex m = h->lock;
+  loom::barrier b = h->bar;
+  b.wait();
+  size_t worst = 0;
+  for (int done = 0; done < rounds;) {
+    std::lock_guard<loom::mutex> g(m);
+    if (*turn % static_cast<uint64_t>(N) != static_cast<uint64_t>(me())) continue;
+    check(*word == *turn, fmt::format("turn {}: the word is {}", *turn, *word));
+    ++*word;
+    ++*turn;
+    ++done;
+    worst = std::max(worst, loom::runtime::current().hlrc().stored_records());
+  }
+  // Without collection each node would hold about N * rounds notices by now.
+  check(worst < 3 * kThreshold,
+        fmt::format("{} write notices stored after {} turns per node", worst, rounds));
+  check(load(hlrc_counters().gc_rounds) > 0 || static_cast<size_t>(rounds) * N < kThreshold,
+        "no lock-only garbage collection round ran");
+  b.wait();
+  check(*word == static_cast<uint64_t>(rounds) * N, fmt::format("the word is {}", *word));
+  std::printf("ok: lockgc node %d: %d turns, at most %zu notices stored, %llu collection rounds\n",
+              me(), rounds, worst,
+              static_cast<unsigned long long>(load(hlrc_counters().gc_rounds)));
+  return 0;
+}
+
 // --- misuse ---------------------------------------------------------------------------------
 
 // Each mode ends the job: the checks in tests/mp/CMakeLists.txt look at how. The last node does
@@ -1201,6 +1240,8 @@ int main(int argc, char** argv) {
     rc = big(static_cast<uint64_t>(arg(2, 600002)));
   else if (mode == "gc")
     rc = gc_check(static_cast<int>(arg(2, 100000)));
+  else if (mode == "lockgc")
+    rc = lockgc(static_cast<int>(arg(2, 6000)));
   else if (mode == "badaccess")
     rc = badaccess(word);
   else if (mode == "badalloc")
