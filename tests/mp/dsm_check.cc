@@ -27,7 +27,7 @@
 //                                  that together exceed it); run with a small LOOM_REGION_SIZE
 //   dsm_check badsync WHAT         WHAT = cmutex | cppmutex | cbarrier: a zeroed, never
 //                                  initialized lock or barrier, used on the last node
-//   dsm_check before_init          loom::alloc before loom::init
+//   dsm_check before_init [node_id] loom::alloc (or loom::node_id) before loom::init
 //
 // Every check prints "ok: ..." on success; failures print "FAILED: ..." and exit 1.
 #include <fmt/format.h>
@@ -1210,10 +1210,13 @@ int main(int argc, char** argv) {
   auto arg = [&](int i, long def) { return argc > i ? std::atol(argv[i]) : def; };
   std::string word = argc > 2 ? argv[2] : "";
   if (mode == "before_init") {
-    std::printf("calling loom::alloc before loom::init\n");
+    std::printf("calling loom::%s before loom::init\n", word == "node_id" ? "node_id" : "alloc");
     std::fflush(stdout);
-    loom::alloc(4096);
-    std::printf("FAILED: loom::alloc before loom::init returned\n");
+    if (word == "node_id")
+      (void)loom::node_id();
+    else
+      loom::alloc(4096);
+    std::printf("FAILED: the call before loom::init returned\n");
     return 1;
   }
   loom::init(&argc, &argv);
