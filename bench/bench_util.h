@@ -12,7 +12,13 @@
 #include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/completion.h"
@@ -74,6 +80,27 @@ inline int64_t process_cpu_ns() {
     return int64_t{tv.tv_sec} * 1000000000 + int64_t{tv.tv_usec} * 1000;
   };
   return ns(ru.ru_utime) + ns(ru.ru_stime);
+}
+
+inline constexpr int kExitUsage = 2;  // as loomrun: bad arguments
+
+// True on node 0 of a loomrun job, and outside any job. Every node of a job parses the same
+// arguments; only node 0 reports what is wrong with them.
+inline bool is_node0() {
+  const char* rank = std::getenv("LOOM_RANK");
+  return rank == nullptr || std::strcmp(rank, "0") == 0;
+}
+
+// Bad arguments: node 0 prints one line; the others exit a moment later, so that the launcher,
+// which stops the job when the first node exits, does not stop node 0 before it has printed the
+// reason. Returns the exit status.
+inline int usage_error(const char* program, const std::string& what, const char* usage) {
+  if (is_node0()) {
+    std::fprintf(stderr, "%s: %s (%s)\n", program, what.c_str(), usage);
+  } else {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  return kExitUsage;
 }
 
 }  // namespace loom::bench

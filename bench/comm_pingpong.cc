@@ -539,21 +539,10 @@ int run_stress(double seconds) {
 
 int main(int argc, char** argv) {
   loom::bench::Args args;
-  if (auto err = loom::bench::parse_args(argc, argv, &args)) {
-    // One line for the whole job: only node 0 (or a program started without loomrun) says it.
-    // note: the others exit a moment later, so that the launcher, which stops the job when the
-    // first node exits, does not stop node 0 before it has printed the reason.
-    const char* rank = std::getenv("LOOM_RANK");
-    if (rank == nullptr || std::strcmp(rank, "0") == 0) {
-      std::fprintf(stderr, "comm_pingpong: %s (%s)\n", err->c_str(), loom::bench::kUsage);
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    }
-    return loom::runtime::kExitConfig;
-  }
+  if (auto err = loom::bench::parse_args(argc, argv, &args))
+    return loom::bench::usage_error("comm_pingpong", *err, loom::bench::kUsage);
   if (args.help) {
-    const char* rank = std::getenv("LOOM_RANK");
-    if (rank == nullptr || std::strcmp(rank, "0") == 0)
+    if (loom::bench::is_node0())
       std::printf("%s\n(see the header of bench/comm_pingpong.cc)\n", loom::bench::kUsage);
     return 0;
   }

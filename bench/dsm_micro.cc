@@ -906,18 +906,10 @@ int run(const Args& args) {
 
 int main(int argc, char** argv) {
   loom::bench::Args args;
-  if (auto err = loom::bench::parse_args(argc, argv, &args)) {
-    const char* rank = std::getenv("LOOM_RANK");
-    if (rank == nullptr || std::strcmp(rank, "0") == 0) {
-      std::fprintf(stderr, "dsm_micro: %s (%s)\n", err->c_str(), loom::bench::kUsage);
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    }
-    return loom::runtime::kExitConfig;
-  }
+  if (auto err = loom::bench::parse_args(argc, argv, &args))
+    return loom::bench::usage_error("dsm_micro", *err, loom::bench::kUsage);
   if (args.help) {
-    const char* rank = std::getenv("LOOM_RANK");
-    if (rank == nullptr || std::strcmp(rank, "0") == 0)
+    if (loom::bench::is_node0())
       std::printf("%s\n(see the header of bench/dsm_micro.cc)\n", loom::bench::kUsage);
     return 0;
   }

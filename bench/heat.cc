@@ -50,7 +50,7 @@
 // Loom mode: node 0 allocates B, D (on a page of its own) and the row sums (below) with
 // loom::alloc_array, default placement (first touch: the writer of a B row initializes it first,
 // so its node becomes its home; the thesis's single-owner protocol homed B rows at the reader),
-// and hands their addresses and the barrier to the other nodes (share_from_node0()).
+// and hands their addresses and the barrier to the other nodes (loom::broadcast_ptr).
 //
 // Method: each of the --reps repetitions (default 1) initializes the threads' rows and B, passes a
 // barrier, then runs the steps; thread 0 times them from the end of that barrier until it leaves
@@ -284,17 +284,6 @@ struct HeatShared {
   loom::barrier barrier;  // all P threads
 };
 
-// Collective: node 0 passes the header it allocated (the others pass nullptr); every node gets
-// node 0's pointer back.
-// note: the other nodes read *header right after this. That is race-free only if broadcast_ptr
-// orders memory like a barrier: node 0's writes before the call are visible to every node after
-// it returns (loom.hpp promises it). Handles name the same barrier on every node, so the barrier
-// is created once, by node 0, and copied: a loom::barrier constructed on each node would be N
-// distinct barriers.
-HeatShared* share_from_node0(HeatShared* header) {
-  return static_cast<HeatShared*>(loom::broadcast_ptr(header, 0));
-}
-
 struct LoomResult {
   Report report;
   int nodes = 0;
@@ -327,7 +316,10 @@ LoomResult run_loom(const Args& args, int* argc, char*** argv) {
     header = new (loom::alloc(sizeof(HeatShared)))
         HeatShared{sh, loom::barrier(static_cast<uint32_t>(np))};
   }
-  header = share_from_node0(header);
+  // note: the other nodes read *header right after this; broadcast_ptr orders memory like a
+  // barrier (loom.hpp). The barrier is created once, by node 0, and copied: a loom::barrier
+  // constructed on each node would be N distinct barriers.
+  header = loom::broadcast_ptr(header, 0);
   const HeatShared shared = *header;
 
   std::vector<std::thread> threads;

@@ -18,7 +18,7 @@
 //   loom     T threads (default 1) on each of the N nodes, P = N T threads in all, thread g =
 //            node T + t; a loom::barrier over P arrivals after each half-sweep. Node 0 allocates
 //            the grid (loom::alloc_array, first-touch placement) and hands its address, with the
-//            barrier, to the other nodes (share_from_node0()).
+//            barrier, to the other nodes (loom::broadcast_ptr).
 // Thread g of P owns rows [n g / P, n (g + 1) / P) and updates the interior cells among them.
 // --init own: each thread writes the initial values of its own rows, so with first touch the
 // node running it becomes their home. --init node0: thread 0 (on node 0) writes the whole grid.
@@ -179,17 +179,6 @@ struct SorShared {
   loom::barrier barrier;
 };
 
-// Collective: node 0 passes the header it allocated (the others pass nullptr); every node gets
-// node 0's pointer back.
-// note: the other nodes read *header right after this. That is race-free only if broadcast_ptr
-// orders memory like a barrier: node 0's writes before the call are visible to every node after
-// it returns (loom.hpp promises it). Handles name the same barrier on every node, so the barrier
-// is created once, by node 0, and copied: a loom::barrier constructed on each node would be N
-// distinct barriers.
-SorShared* share_from_node0(SorShared* header) {
-  return static_cast<SorShared*>(loom::broadcast_ptr(header, 0));
-}
-
 struct LoomResult {
   Report report;
   int nodes = 0;
@@ -211,7 +200,10 @@ LoomResult run_loom(const Args& args, int* argc, char*** argv) {
     header = new (loom::alloc(sizeof(SorShared)))
         SorShared{grid, loom::barrier(static_cast<uint32_t>(p))};
   }
-  header = share_from_node0(header);
+  // note: the other nodes read *header right after this; broadcast_ptr orders memory like a
+  // barrier (loom.hpp). The barrier is created once, by node 0, and copied: a loom::barrier
+  // constructed on each node would be N distinct barriers.
+  header = loom::broadcast_ptr(header, 0);
   const SorShared shared = *header;
 
   std::vector<std::thread> threads;
