@@ -23,11 +23,6 @@ BarrierService::BarrierService(comm::Comm& comm, protocols::Consistency& consist
 
 BarrierService::~BarrierService() = default;
 
-comm::NodeId BarrierService::manager_of(uint64_t id) const {
-  uint64_t x = id * 0x9e3779b97f4a7c15ull;
-  return static_cast<comm::NodeId>((x >> 32) % nodes_);
-}
-
 Status BarrierService::register_messages() {
   comm::MessageRegistry& reg = comm_.registry();
   auto print = [](std::span<const std::byte> p) {
@@ -63,13 +58,14 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
   }
   counters_.waits.fetch_add(1, std::memory_order_relaxed);
   int64_t t0 = comm::now_ns();
-  comm::NodeId mgr = manager_of(id);
+  comm::NodeId mgr = manager_of(id, nodes_);
   if (mgr == me_) {
     Status s = on_arrive(me_, payload);
     LOOM_CHECK(s.is_ok(), "barrier {:#x}: {}", id, s.to_string());
   } else {
     Status s = comm_.send(mgr, msg::kBarrierArrive, payload);
-    LOOM_CHECK(s.is_ok(), "barrier {:#x}: sending the arrival to node {}: {}", id, mgr, s.to_string());
+    LOOM_CHECK(s.is_ok(), "barrier {:#x}: sending the arrival to node {}: {}", id, mgr,
+               s.to_string());
   }
   const Status& s = comm_.wait(w.done);
   LOOM_CHECK(s.is_ok(), "barrier {:#x}: {}", id, s.to_string());
@@ -84,7 +80,8 @@ Status BarrierService::on_arrive(comm::NodeId src, std::span<const std::byte> pa
   if (!r.u64(&id) || !has_tag(id, kBarrierTag) || !r.u32(&count) || !r.u32(&pad) ||
       !r.u64(&episode))
     return Status::malformed("barrier arrival: bad header");
-  if (manager_of(id) != me_) return Status::malformed("barrier arrival sent to a non-manager");
+  if (manager_of(id, nodes_) != me_)
+    return Status::malformed("barrier arrival sent to a non-manager");
   Result<VectorTime> vt = hl::read_vt(r, nodes_);
   if (!vt) return vt.status();
   Result<std::vector<hl::Record>> recs = hl::read_records(r, nodes_, num_pages_);
@@ -149,7 +146,8 @@ Status BarrierService::on_arrive(comm::NodeId src, std::span<const std::byte> pa
       continue;
     }
     Status s = comm_.send(n, msg::kBarrierRelease, release);
-    LOOM_CHECK(s.is_ok(), "barrier {:#x}: sending the release to node {}: {}", id, n, s.to_string());
+    LOOM_CHECK(s.is_ok(), "barrier {:#x}: sending the release to node {}: {}", id, n,
+               s.to_string());
   }
   return Status::ok();
 }

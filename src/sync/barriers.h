@@ -68,7 +68,6 @@ class BarrierService {
     bool has_prev = false;
   };
 
-  comm::NodeId manager_of(uint64_t id) const;
   Status on_arrive(comm::NodeId src, std::span<const std::byte> payload);
   Status on_release(std::span<const std::byte> payload);
 

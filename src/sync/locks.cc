@@ -23,6 +23,10 @@ uint64_t mix(uint64_t x) {
 
 }  // namespace
 
+comm::NodeId manager_of(uint64_t id, uint32_t nodes) {
+  return static_cast<comm::NodeId>(mix(id) % nodes);
+}
+
 uint64_t new_sync_id(uint64_t tag, comm::NodeId me) {
   uint32_t n = g_next_id.fetch_add(1, std::memory_order_relaxed);
   LOOM_CHECK(me < 0xffff, "node {}: sync ids hold node numbers below 65535", me);
@@ -38,17 +42,13 @@ LockService::LockService(comm::Comm& comm, protocols::Consistency& consistency, 
 
 LockService::~LockService() = default;
 
-comm::NodeId LockService::manager_of(uint64_t id) const {
-  return static_cast<comm::NodeId>(mix(id) % nodes_);
-}
-
 // note: a lock's first state is "token at the manager, free". Whichever of the manager's
 // structures is created first (a local lock() or a remote request) creates both, so they agree.
 LockService::NodeLock& LockService::node_lock(uint64_t id) {
   auto it = locks_.find(id);
   if (it != locks_.end()) return it->second;
   NodeLock& nl = locks_[id];
-  if (manager_of(id) == me_ && !tails_.contains(id)) {
+  if (manager_of(id, nodes_) == me_ && !tails_.contains(id)) {
     tails_[id] = me_;
     nl.token = true;
   }
@@ -89,7 +89,8 @@ Status LockService::register_messages() {
         uint32_t who;
         VectorTime vt;
         if (Status st = parse_req(in, &id, &who, &vt); !st) return st;
-        if (manager_of(id) != me_) return Status::malformed("lock request sent to a non-manager");
+        if (manager_of(id, nodes_) != me_)
+          return Status::malformed("lock request sent to a non-manager");
         on_request(id, who, std::move(vt));
         return Status::ok();
       },
@@ -216,7 +217,7 @@ void LockService::send_grant(Grant g) {
 
 void LockService::send_request(uint64_t id) {
   VectorTime vt = consistency_.vector_time();
-  comm::NodeId mgr = manager_of(id);
+  comm::NodeId mgr = manager_of(id, nodes_);
   if (mgr == me_) {
     on_request(id, me_, std::move(vt));
     return;

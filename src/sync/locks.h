@@ -39,6 +39,8 @@ inline constexpr uint64_t kLockTag = 0x4c4bull << 48;     // "LK"
 inline constexpr uint64_t kBarrierTag = 0x4252ull << 48;  // "BR"
 uint64_t new_sync_id(uint64_t tag, comm::NodeId me);
 inline bool has_tag(uint64_t id, uint64_t tag) { return (id & (0xffffull << 48)) == tag; }
+// The node that manages lock or barrier `id` (a hash of the id over the nodes).
+comm::NodeId manager_of(uint64_t id, uint32_t nodes);
 
 struct LockCounters {
   std::atomic<uint64_t> local_acquires{0}, remote_acquires{0}, local_handoffs{0}, grants_sent{0},
@@ -80,7 +82,6 @@ class LockService {
     std::vector<std::byte> payload;
   };
 
-  comm::NodeId manager_of(uint64_t id) const;
   NodeLock& node_lock(uint64_t id) REQUIRES(mu_);
   void ensure_managed(uint64_t id) REQUIRES(mu_);
   void send_request(uint64_t id);
