@@ -3,6 +3,9 @@
 // check.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
 #include <mutex>
 
 #if defined(__clang__)
@@ -29,9 +32,13 @@
 namespace loom {
 
 // std::mutex with capability annotations (libstdc++'s std::mutex has none).
+// Under the simulator's cooperative scheduling (base/coop.h) a contended lock parks the thread
+// instead of blocking it.
 class CAPABILITY("mutex") Mutex {
  public:
-  void lock() ACQUIRE() { mu_.lock(); }
+  void lock() ACQUIRE() {
+    if (!mu_.try_lock()) lock_slow();
+  }
   void unlock() RELEASE() { mu_.unlock(); }
   bool try_lock() TRY_ACQUIRE(true) { return mu_.try_lock(); }
   // Tells the analysis that the caller holds the mutex (checked by the caller's own logic).
@@ -39,7 +46,21 @@ class CAPABILITY("mutex") Mutex {
   std::mutex& native() { return mu_; }
 
  private:
+  void lock_slow();  // base/coop.cc
   std::mutex mu_;
+};
+
+// A condition variable for Mutex. Waits may wake spuriously: callers re-check their condition.
+// Under the simulator's cooperative scheduling a wait parks the thread until the next notify.
+class CondVar {
+ public:
+  // REQUIRES: mu held; it is released while waiting and held again on return.
+  void wait(Mutex& mu) REQUIRES(mu);
+  void notify_all();
+
+ private:
+  std::condition_variable_any cv_;
+  std::atomic<uint64_t> generation_{0};
 };
 
 class SCOPED_CAPABILITY MutexLock {

@@ -25,42 +25,22 @@
 #include <memory>
 
 #include "loom/status.h"
+#include "memory/frames.h"
 
 namespace loom::memory {
 
-inline constexpr size_t kPageShift = 12;
-inline constexpr size_t kPageBytes = size_t{1} << kPageShift;
-using PageId = uint64_t;  // index of a page in the region
-
-enum class Prot : uint8_t { kNone = 0, kRead = 1, kReadWrite = 3 };
-const char* prot_name(Prot p);
-
-class AddressSpace {
+class AddressSpace final : public PageFrames {
  public:
   // Maps `size` bytes at `base` (both page-aligned). Fails with a message naming the range if
   // it is already taken or cannot be reserved.
   static Result<std::unique_ptr<AddressSpace>> create(uintptr_t base, size_t size);
-  ~AddressSpace();
-  AddressSpace(const AddressSpace&) = delete;
-  AddressSpace& operator=(const AddressSpace&) = delete;
+  ~AddressSpace() override;
 
-  std::byte* app_base() const { return app_; }
   std::byte* sys_base() const { return sys_; }
-  size_t size() const { return size_; }
-  size_t num_pages() const { return size_ >> kPageShift; }
+  std::byte* sys_page(PageId p) const override { return sys_ + (p << kPageShift); }
 
-  bool contains(const void* p) const {
-    auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(app_);
-    return a >= b && a - b < size_;
-  }
-  PageId page_of(const void* p) const {
-    return (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(app_)) >> kPageShift;
-  }
-  std::byte* app_page(PageId p) const { return app_ + (p << kPageShift); }
-  std::byte* sys_page(PageId p) const { return sys_ + (p << kPageShift); }
-
-  // Sets the application view's protection of pages [first, first+count).
-  void protect(PageId first, size_t count, Prot prot);
+  // Sets the application view's protection of pages [first, first+count) (mprotect).
+  void protect(PageId first, size_t count, Prot prot) override;
   // Drops the contents of pages (they read as zero afterwards, in both views).
   void discard(PageId first, size_t count);
 
@@ -75,9 +55,7 @@ class AddressSpace {
   void collapse();
   void maybe_collapse();
 
-  std::byte* app_ = nullptr;
   std::byte* sys_ = nullptr;
-  size_t size_ = 0;
   int fd_ = -1;
   int64_t map_limit_ = 65530;  // vm.max_map_count
   // Protection calls until the mapping count must be looked at again (each call adds at most

@@ -41,7 +41,7 @@ struct AddrMsg {
 
 }  // namespace
 
-Heap::Heap(comm::Comm& comm, AddressSpace& space, PageTable& table)
+Heap::Heap(comm::Comm& comm, PageFrames& space, PageTable& table)
     : comm_(comm),
       space_(space),
       table_(table),

@@ -32,7 +32,7 @@
 
 #include "base/thread_annotations.h"
 #include "comm/comm.h"
-#include "memory/address_space.h"
+#include "memory/frames.h"
 #include "memory/page_table.h"
 
 namespace loom::memory {
@@ -53,7 +53,7 @@ class Heap {
   static constexpr size_t kChunkPages = 1024;  // 4 MiB
   static constexpr size_t kSmallMax = 2048;
 
-  Heap(comm::Comm& comm, AddressSpace& space, PageTable& table);
+  Heap(comm::Comm& comm, PageFrames& space, PageTable& table);
   ~Heap();
   Heap(const Heap&) = delete;
   Heap& operator=(const Heap&) = delete;
@@ -100,7 +100,7 @@ class Heap {
   Status free_local(uintptr_t addr) REQUIRES(mu_);
 
   comm::Comm& comm_;
-  AddressSpace& space_;
+  PageFrames& space_;
   PageTable& table_;
   const comm::NodeId me_;
   const uint32_t nodes_;

@@ -39,42 +39,48 @@ std::string VersionVec::to_string() const {
   return s + "}";
 }
 
-PageTable::PageTable(size_t num_pages)
+PageTable::PageTable(size_t num_pages, Geometry geometry)
     : num_pages_(num_pages),
-      blocks_(new std::atomic<PageEntry*>[(num_pages + kBlock - 1) >> kBlockShift]()),
-      stripes_(new Stripe[kStripes]) {}
+      stripe_mask_(geometry.stripes - 1),
+      block_shift_(geometry.block_shift),
+      block_(size_t{1} << geometry.block_shift),
+      blocks_(new std::atomic<PageEntry*>[(num_pages + block_ - 1) >> block_shift_]()),
+      stripes_(new Stripe[geometry.stripes]) {
+  LOOM_CHECK(geometry.stripes > 0 && (geometry.stripes & stripe_mask_) == 0,
+             "page table: {} stripes is not a power of two", geometry.stripes);
+}
 
 PageTable::~PageTable() {
-  size_t n = (num_pages_ + kBlock - 1) >> kBlockShift;
+  size_t n = (num_pages_ + block_ - 1) >> block_shift_;
   for (size_t i = 0; i < n; ++i) delete[] blocks_[i].load();
 }
 
 PageEntry& PageTable::at(PageId page) {
   LOOM_CHECK(page < num_pages_, "page {} outside the region of {} pages", page, num_pages_);
-  std::atomic<PageEntry*>& slot = blocks_[page >> kBlockShift];
+  std::atomic<PageEntry*>& slot = blocks_[page >> block_shift_];
   PageEntry* block = slot.load(std::memory_order_acquire);
   if (block == nullptr) {
-    auto* fresh = new PageEntry[kBlock];
+    auto* fresh = new PageEntry[block_];
     if (slot.compare_exchange_strong(block, fresh, std::memory_order_acq_rel)) {
       block = fresh;
-      entries_.fetch_add(kBlock, std::memory_order_relaxed);
+      entries_.fetch_add(block_, std::memory_order_relaxed);
     } else {
       delete[] fresh;  // another thread won; `block` now holds its block
     }
   }
-  return block[page & (kBlock - 1)];
+  return block[page & (block_ - 1)];
 }
 
 PageEntry* PageTable::find(PageId page) const {
   if (page >= num_pages_) return nullptr;
-  PageEntry* block = blocks_[page >> kBlockShift].load(std::memory_order_acquire);
-  return block == nullptr ? nullptr : &block[page & (kBlock - 1)];
+  PageEntry* block = blocks_[page >> block_shift_].load(std::memory_order_acquire);
+  return block == nullptr ? nullptr : &block[page & (block_ - 1)];
 }
 
 PageTable::StripeSet::StripeSet(PageTable& table, const std::vector<PageId>& pages)
     : table_(table) {
   stripes_.reserve(pages.size());
-  for (PageId p : pages) stripes_.push_back(static_cast<uint32_t>(p % kStripes));
+  for (PageId p : pages) stripes_.push_back(static_cast<uint32_t>(p & table.stripe_mask_));
   std::sort(stripes_.begin(), stripes_.end());
   stripes_.erase(std::unique(stripes_.begin(), stripes_.end()), stripes_.end());
   for (uint32_t s : stripes_) table_.stripes_[s].mu.lock();

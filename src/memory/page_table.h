@@ -4,17 +4,17 @@
 // blocks of 4096 entries are allocated on first use, so a 64 GiB region (16 M pages) costs a
 // 32 KiB top level until pages are touched.
 //
-// Locking: an entry is guarded by its *stripe* lock, lock_of(page) (4096 stripes, page p uses
-// stripe p % 4096). Threads waiting for something to happen to a page (a fetch in flight, diffs
-// the home still lacks) wait on the stripe's condition variable and re-check. A thread holding a
-// stripe lock never takes another stripe lock, except lock_stripes(), which takes a set of them
-// in ascending order. Nothing that can block (a remote operation) happens under a stripe lock.
+// Locking: an entry is guarded by its *stripe* lock, lock_of(page) (4096 stripes by default, page p
+// uses stripe p % stripes). Threads waiting for something to happen to a page (a fetch in flight,
+// diffs the home still lacks) wait on the stripe's condition variable and re-check. A thread
+// holding a stripe lock never takes another stripe lock, except lock_stripes(), which takes a set
+// of them in ascending order. Nothing that can block (a remote operation) happens under a stripe
+// lock.
 //
 // Thread safety: at()/find()/lock_of() from any thread; entry fields only under the stripe lock.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
-#include "memory/address_space.h"
+#include "memory/frames.h"
 
 namespace loom::memory {
 
@@ -62,7 +62,14 @@ struct PageEntry {
 
 class PageTable {
  public:
-  explicit PageTable(size_t num_pages);
+  // Sizes of the table's internals; the defaults suit a real node, the simulator's thousands of
+  // nodes use small ones.
+  struct Geometry {
+    size_t stripes = 4096;    // stripe locks (a power of two)
+    size_t block_shift = 12;  // entries are allocated in blocks of 2^block_shift
+  };
+  PageTable(size_t num_pages, Geometry geometry);
+  explicit PageTable(size_t num_pages) : PageTable(num_pages, Geometry()) {}
   ~PageTable();
   PageTable(const PageTable&) = delete;
   PageTable& operator=(const PageTable&) = delete;
@@ -73,13 +80,12 @@ class PageTable {
   // The entry if it exists.
   PageEntry* find(PageId page) const;
 
-  static constexpr size_t kStripes = 4096;
-  Mutex& lock_of(PageId page) RETURN_CAPABILITY(stripes_[page % kStripes].mu) {
-    return stripes_[page % kStripes].mu;
+  Mutex& lock_of(PageId page) RETURN_CAPABILITY(stripes_[page & stripe_mask_].mu) {
+    return stripes_[page & stripe_mask_].mu;
   }
-  std::condition_variable_any& cv_of(PageId page) { return stripes_[page % kStripes].cv; }
+  CondVar& cv_of(PageId page) { return stripes_[page & stripe_mask_].cv; }
   // Wakes threads waiting on pages sharing `page`'s stripe.
-  void notify(PageId page) { stripes_[page % kStripes].cv.notify_all(); }
+  void notify(PageId page) { stripes_[page & stripe_mask_].cv.notify_all(); }
 
   // Locks the stripes of `pages` in ascending order (each once); unlocks on destruction.
   class StripeSet {
@@ -98,14 +104,15 @@ class PageTable {
   uint64_t entries() const { return entries_.load(std::memory_order_relaxed); }
 
  private:
-  static constexpr size_t kBlockShift = 12;
-  static constexpr size_t kBlock = size_t{1} << kBlockShift;
   struct Stripe {
     Mutex mu;
-    std::condition_variable_any cv;
+    CondVar cv;
   };
 
   const size_t num_pages_;
+  const size_t stripe_mask_;
+  const size_t block_shift_;
+  const size_t block_;  // entries per block
   std::unique_ptr<std::atomic<PageEntry*>[]> blocks_;
   std::unique_ptr<Stripe[]> stripes_;
   std::atomic<uint64_t> entries_{0};

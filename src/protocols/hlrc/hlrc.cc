@@ -81,7 +81,7 @@ const char* state_name(uint8_t s) {
   return "?";
 }
 
-Hlrc::Hlrc(comm::Comm& comm, memory::AddressSpace& space, memory::PageTable& table,
+Hlrc::Hlrc(comm::Comm& comm, memory::PageFrames& space, memory::PageTable& table,
            memory::Heap& heap, Options options)
     : comm_(comm),
       space_(space),
@@ -268,12 +268,13 @@ bool Hlrc::fetch(PageId page, bool is_write) {
     counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
 
     MutexLock l(table_.lock_of(page));
-    if (!stamp.covers(e.required)) {
+    if (!stamp.covers(e.required) && opts_.mutant != Options::Mutant::kNoVersionWait) {
       // A newer write notice arrived while the request was in flight: this copy is too old.
       counters_.fetch_retries.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     std::byte* sys = space_.sys_page(page);
+    if (e.twin != nullptr && opts_.mutant == Options::Mutant::kDropLocalWrites) e.twin.reset();
     if (e.twin != nullptr) {
       // Two-way diffing: unreleased local writes survive the new version.
       std::vector<std::byte> local;
@@ -503,6 +504,7 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
       PageEntry& e = table_.at(p);
       e.required.raise_all(need[p]);
       if (e.version.covers(e.required)) continue;  // our copy already has those writes
+      if (opts_.mutant == Options::Mutant::kSkipInvalidate) continue;
       if (e.home == static_cast<int32_t>(me_)) {
         // The master copy lacks diffs still in flight: no access until they arrive.
         if (e.prot != Prot::kNone) close.push_back(p);
@@ -636,7 +638,7 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
       e.state = st(PageState::kHomeShared);
       add_dirty(page, e);
     }
-    if (!e.version.covers(need)) {
+    if (!e.version.covers(need) && opts_.mutant != Options::Mutant::kNoVersionWait) {
       counters_.requests_held.fetch_add(1, std::memory_order_relaxed);
       MutexLock h(held_mu_);
       held_requests_[page].push_back({in.reply_to(), std::move(need)});

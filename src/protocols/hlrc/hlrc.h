@@ -32,8 +32,8 @@
 
 #include "base/thread_annotations.h"
 #include "comm/comm.h"
-#include "memory/address_space.h"
 #include "memory/fault.h"
+#include "memory/frames.h"
 #include "memory/heap.h"
 #include "memory/page_table.h"
 #include "protocols/consistency.h"
@@ -80,8 +80,17 @@ class Hlrc final : public memory::FaultTarget, public Consistency {
     // the notices all of them hold (programs that synchronize only with locks; barriers collect
     // garbage on their own).
     size_t gc_threshold = 4096;
+    // Test-only: a deliberately broken variant, so that the simulator's consistency checker can
+    // be shown to catch it (loom-sim --mutant). Never set outside tests.
+    enum class Mutant : uint8_t {
+      kNone,
+      kSkipInvalidate,   // acquire does not invalidate copies named by write notices
+      kNoVersionWait,    // the home answers at once and the requester takes any version
+      kDropLocalWrites,  // a refetched copy loses its unreleased local writes (no two-way diff)
+    };
+    Mutant mutant = Mutant::kNone;
   };
-  Hlrc(comm::Comm& comm, memory::AddressSpace& space, memory::PageTable& table, memory::Heap& heap,
+  Hlrc(comm::Comm& comm, memory::PageFrames& space, memory::PageTable& table, memory::Heap& heap,
        Options options);
   ~Hlrc();
   Hlrc(const Hlrc&) = delete;
@@ -127,7 +136,8 @@ class Hlrc final : public memory::FaultTarget, public Consistency {
   };
 
   bool handle_fault(void* addr, bool is_write);
-  bool fault_home(memory::PageId page, memory::PageEntry& e, bool is_write, MutexLock& held);
+  bool fault_home(memory::PageId page, memory::PageEntry& e, bool is_write, MutexLock& held)
+      REQUIRES(table_.lock_of(page));
   bool fetch(memory::PageId page, bool is_write);
   void add_dirty(memory::PageId page, memory::PageEntry& e);
   void protect_ranges(std::vector<memory::PageId> pages, memory::Prot prot);
@@ -163,7 +173,7 @@ class Hlrc final : public memory::FaultTarget, public Consistency {
   std::vector<std::byte> page_reply_locked(memory::PageId page, memory::PageEntry& e, bool zero);
 
   comm::Comm& comm_;
-  memory::AddressSpace& space_;
+  memory::PageFrames& space_;
   memory::PageTable& table_;
   memory::Heap& heap_;
   const comm::NodeId me_;

@@ -109,7 +109,9 @@ void NoticeStore::gc(const VectorTime& floor) {
   for (size_t w = 0; w < per_writer_.size(); ++w) {
     floor_[w] = std::max(floor_[w], floor[w]);
     auto& q = per_writer_[w];
-    while (!q.empty() && q.front().interval <= floor_[w]) q.pop_front();
+    size_t k = 0;
+    while (k < q.size() && q[k].interval <= floor_[w]) ++k;
+    q.erase(q.begin(), q.begin() + static_cast<ptrdiff_t>(k));
   }
 }
 

@@ -1,0 +1,33 @@
+// Cooperative scheduling seam: lets the deterministic simulator (src/sim) run Loom's real
+// protocol and synchronization code with its application threads taking turns.
+//
+// In a normal process no thread has a CoopScheduler and nothing here costs more than a
+// thread-local load on a slow path (a contended Mutex, a CondVar wait, a Completion wait). In the
+// simulator, every simulated application thread is a real thread, but only one runs at a time;
+// it has a CoopScheduler, and wherever it would block it instead calls block_until(), which hands
+// the turn back to the simulator until `ready` holds. The simulator evaluates `ready` on its own
+// thread while the caller is parked, so `ready` must only read state the simulator can see
+// without racing (atomics, or state guarded by the turn itself).
+#pragma once
+
+#include <functional>
+#include <string_view>
+
+namespace loom {
+
+class CoopScheduler {
+ public:
+  // Parks the calling thread until `ready()` is true and the scheduler gives it the turn back.
+  // `what` names the wait in traces and in deadlock reports.
+  virtual void block_until(std::function<bool()> ready, std::string_view what) = 0;
+
+ protected:
+  ~CoopScheduler() = default;
+};
+
+// The calling thread's scheduler, or null (a normal thread).
+CoopScheduler* coop_scheduler();
+// Installs `s` for the calling thread (null removes it).
+void set_coop_scheduler(CoopScheduler* s);
+
+}  // namespace loom
