@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks Loom's layering rule (docs/architecture.md): a lower layer never includes a higher one.
 #
-#   base <- comm <- memory <- protocols <- sync <- runtime/api <- tools, bench, apps, tests
+#   base <- comm <- memory <- protocols <- sync <- runtime/api, sim <- tools, bench, apps, tests
 #
 # Every file under src/<layer>/ may include headers of its own layer and of lower layers only.
 # Includes are classified by their path: "base/...", "comm/...", ..., "runtime/...", "api/...";
@@ -16,7 +16,7 @@ root=${1:-"$(dirname "$0")/.."}
 cd "$root" || exit 2
 
 # Layer levels, lowest first. runtime and api share a level: runtime implements the public API.
-declare -A level=([base]=0 [comm]=1 [memory]=2 [protocols]=3 [sync]=4 [runtime]=5 [api]=5
+declare -A level=([base]=0 [comm]=1 [memory]=2 [protocols]=3 [sync]=4 [runtime]=5 [api]=5 [sim]=5
                   [tools]=6 [bench]=6 [apps]=6 [tests]=6)
 
 # Prints the level of an include path, or nothing if it belongs to no layer.

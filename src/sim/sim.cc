@@ -1,0 +1,443 @@
+#include "sim/sim.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <iostream>
+
+#include "base/coop.h"
+#include "base/log.h"
+#include "comm/comm.h"
+#include "comm/wire.h"
+#include "memory/page_table.h"
+#include "sim/frames.h"
+#include "sim/network.h"
+#include "sync/barriers.h"
+#include "sync/locks.h"
+
+namespace loom::sim {
+
+namespace hl = protocols::hlrc;
+
+namespace {
+// Where the simulated region pretends to be. Nothing is mapped there: simulated accesses never
+// dereference application addresses.
+constexpr uintptr_t kRegionBase = 0x600000000000;
+
+// Region size: room for every node to take a 4 MiB heap chunk, at least 256 MiB.
+size_t region_bytes(uint32_t nodes) {
+  size_t chunk = memory::Heap::kChunkPages * memory::kPageBytes;
+  return std::max<size_t>(size_t{256} << 20, size_t{nodes} * chunk);
+}
+}  // namespace
+
+uint64_t lock_id(uint32_t k) { return sync::kLockTag | (uint64_t{0xfffe} << 32) | k; }
+uint64_t barrier_id(uint32_t k) { return sync::kBarrierTag | (uint64_t{0xfffe} << 32) | k; }
+
+// --- Threads and turns ------------------------------------------------------------------------
+
+struct SimThread {
+  enum class State { kNew, kReady, kRunning, kBlocked, kDone };
+  uint32_t node = 0, id = 0;
+  std::function<void(Thread&)> body;
+  Thread api;
+  std::thread os;
+  std::binary_semaphore go{0};
+  State state = State::kNew;
+  std::function<bool()> ready;
+  std::string_view what;
+};
+
+// Installed on each simulated thread: blocking hands the turn back to the scheduler.
+class Simulation::ThreadTurn final : public CoopScheduler {
+ public:
+  ThreadTurn(Simulation& sim, SimThread& t) : sim_(sim), t_(t) {}
+  void block_until(std::function<bool()> ready, std::string_view what) override {
+    t_.ready = std::move(ready);
+    t_.what = what;
+    t_.state = SimThread::State::kBlocked;
+    sim_.back_.release();
+    t_.go.acquire();
+    t_.state = SimThread::State::kRunning;
+  }
+
+ private:
+  Simulation& sim_;
+  SimThread& t_;
+};
+
+// Installed on the scheduler's thread while it runs a message handler: handlers never block, so
+// a handler that would is a bug in the protocol, reported with the trace.
+class Simulation::HandlerTurn final : public CoopScheduler {
+ public:
+  void block_until(std::function<bool()> ready, std::string_view what) override {
+    if (ready()) return;
+    log::fatal(fmt::format("simulator: a message handler would block (on a {})", what));
+  }
+};
+
+// --- Nodes --------------------------------------------------------------------------------------
+
+struct Simulation::Node {
+  std::unique_ptr<comm::Comm> comm;
+  std::unique_ptr<memory::PageTable> table;
+  std::unique_ptr<SimFrames> frames;
+  std::unique_ptr<memory::Heap> heap;
+  std::unique_ptr<hl::Hlrc> hlrc;
+  std::unique_ptr<sync::LockService> locks;
+  std::unique_ptr<sync::BarrierService> barriers;
+};
+
+Simulation::Simulation(Options options)
+    : opts_(options), rng_(options.seed), net_(std::make_unique<SimNetwork>(options.nodes)) {
+  LOOM_CHECK(opts_.nodes >= 1, "a simulation needs at least one node");
+  size_t bytes = region_bytes(opts_.nodes);
+  for (uint32_t n = 0; n < opts_.nodes; ++n) {
+    auto node = std::make_unique<Node>();
+    node->comm = std::make_unique<comm::Comm>(net_->endpoint(n), comm::CommOptions());
+    node->comm->set_fatal_handler([this, n](const Status& why) {
+      fail(Status(why.code(), fmt::format("node {}: {}", n, why.message())));
+    });
+    node->frames = std::make_unique<SimFrames>(kRegionBase, bytes);
+    // note: small stripes and blocks keep a simulated node's page table to a few kilobytes.
+    node->table = std::make_unique<memory::PageTable>(node->frames->num_pages(),
+                                                      memory::PageTable::Geometry{16, 9});
+    node->heap = std::make_unique<memory::Heap>(*node->comm, *node->frames, *node->table);
+    node->hlrc = std::make_unique<hl::Hlrc>(*node->comm, *node->frames, *node->table, *node->heap,
+                                            opts_.hlrc);
+    node->locks =
+        std::make_unique<sync::LockService>(*node->comm, *node->hlrc, opts_.lock_fairness);
+    node->barriers =
+        std::make_unique<sync::BarrierService>(*node->comm, *node->hlrc, node->frames->num_pages());
+    for (Status s : {node->heap->register_messages(), node->hlrc->register_messages(),
+                     node->locks->register_messages(), node->barriers->register_messages()})
+      LOOM_CHECK(s.is_ok(), "simulated node {}: {}", n, s.to_string());
+    nodes_.push_back(std::move(node));
+  }
+  dumper_ = log::add_state_dumper([this] {
+    std::cerr << fmt::format("simulation (seed {}, step {}), last events:\n{}", opts_.seed, steps_,
+                             trace_tail());
+  });
+}
+
+Simulation::~Simulation() {
+  log::remove_state_dumper(dumper_);
+  if (failed() && running_) {
+    abandon();
+    return;
+  }
+  for (auto& t : threads_)
+    if (t->os.joinable()) t->os.join();
+}
+
+// note: threads parked inside protocol code hold pointers into the nodes and into their own
+// stacks; nothing can be torn down safely. Leak it all (the process is about to report and end).
+void Simulation::abandon() {
+  for (auto& t : threads_) {
+    if (t->os.joinable()) t->os.detach();
+    (void)t.release();
+  }
+  for (auto& n : nodes_) (void)n.release();
+  (void)net_.release();
+}
+
+uint64_t Simulation::region_base() const { return kRegionBase; }
+
+void Simulation::spawn(uint32_t node, std::function<void(Thread&)> body) {
+  LOOM_CHECK(!running_, "spawn() after run()");
+  LOOM_CHECK(node < opts_.nodes, "no node {} in a {}-node simulation", node, opts_.nodes);
+  auto t = std::make_unique<SimThread>();
+  t->node = node;
+  t->id = static_cast<uint32_t>(threads_.size());
+  t->body = std::move(body);
+  t->api.sim_ = this;
+  t->api.self_ = t.get();
+  threads_.push_back(std::move(t));
+}
+
+std::string Simulation::thread_name(const SimThread& t) const {
+  return fmt::format("t{}@{}", t.id, t.node);
+}
+
+void Simulation::fail(Status why) {
+  if (failure_.is_ok()) failure_ = std::move(why);
+}
+
+void Simulation::note(const std::string& event) {
+  for (char c : event) hash_ = (hash_ ^ static_cast<uint8_t>(c)) * 1099511628211ull;
+  hash_ = (hash_ ^ '\n') * 1099511628211ull;
+  if (opts_.print_trace) std::cerr << event << '\n';
+  if (opts_.trace_tail == 0) return;
+  if (tail_.size() == opts_.trace_tail) tail_.pop_front();
+  tail_.push_back(event);
+}
+
+std::string Simulation::trace_tail() const {
+  std::string out;
+  for (const std::string& e : tail_) out += "  " + e + "\n";
+  return out;
+}
+
+// --- Scheduling ---------------------------------------------------------------------------------
+
+void Simulation::resume(SimThread& t) {
+  if (t.state == SimThread::State::kNew) {
+    t.state = SimThread::State::kRunning;
+    t.os = std::thread([this, &t] {
+      ThreadTurn turn(*this, t);
+      set_coop_scheduler(&turn);
+      t.go.acquire();
+      t.body(t.api);
+      set_coop_scheduler(nullptr);
+      t.state = SimThread::State::kDone;
+      back_.release();
+    });
+  }
+  t.go.release();
+  back_.acquire();
+}
+
+void Simulation::deliver(size_t i) {
+  const InFlight& m = net_->peek(i);
+  Node& dst = *nodes_[m.dst];
+  Result<comm::WireHeader> h = comm::decode_header(m.header, m.payload.size(), opts_.nodes, 1);
+  if (h) {
+    const comm::MsgTypeInfo* info = dst.comm->registry().find(h->type);
+    std::string body = h->is_reply() ? fmt::format("bytes={}", m.payload.size())
+                       : info != nullptr && info->printer ? info->printer(m.payload.span())
+                                                          : "";
+    note(fmt::format("deliver {}->{} {}{} {}", m.src, m.dst, dst.comm->registry().name_of(h->type),
+                     h->is_reply() ? " reply" : "", body));
+  } else {
+    note(fmt::format("deliver {}->{} (bad header)", m.src, m.dst));
+  }
+  comm::NodeId n = net_->stage(i);
+  HandlerTurn turn;
+  set_coop_scheduler(&turn);
+  nodes_[n]->comm->poll();
+  set_coop_scheduler(nullptr);
+  LOOM_CHECK(!net_->staged(n), "node {} did not take its message", n);
+}
+
+Status Simulation::run() {
+  LOOM_CHECK(!running_, "run() twice");
+  running_ = true;
+  std::vector<std::pair<bool, size_t>> choices;  // (is a thread, index)
+  for (;;) {
+    if (!failure_.is_ok()) break;
+    choices.clear();
+    bool all_done = true;
+    for (size_t k = 0; k < threads_.size(); ++k) {
+      SimThread& t = *threads_[k];
+      switch (t.state) {
+        case SimThread::State::kDone:
+          break;
+        case SimThread::State::kBlocked:
+          all_done = false;
+          if (t.ready()) choices.emplace_back(true, k);
+          break;
+        default:
+          all_done = false;
+          choices.emplace_back(true, k);
+      }
+    }
+    for (size_t k = 0; k < net_->in_flight(); ++k) choices.emplace_back(false, k);
+    if (choices.empty()) {
+      if (all_done) break;
+      std::string blocked;
+      for (auto& t : threads_)
+        if (t->state == SimThread::State::kBlocked)
+          blocked += fmt::format(" {} on a {};", thread_name(*t), t->what);
+      fail(Status::internal(fmt::format("deadlock: nothing to deliver and{}", blocked)));
+      break;
+    }
+    if (++steps_ > opts_.max_steps) {
+      fail(Status::internal(fmt::format("no end after {} steps", opts_.max_steps)));
+      break;
+    }
+    auto [is_thread, k] = choices[rng_() % choices.size()];
+    if (is_thread)
+      resume(*threads_[k]);
+    else
+      deliver(k);
+  }
+  if (!failure_.is_ok()) {
+    // Threads that finished can still be joined; the parked ones stay parked (abandon()).
+    for (auto& t : threads_)
+      if (t->state == SimThread::State::kDone && t->os.joinable()) t->os.join();
+    return Status(failure_.code(),
+                  fmt::format("simulation seed {} failed at step {}: {}\nlast events:\n{}",
+                              opts_.seed, steps_, failure_.message(), trace_tail()));
+  }
+  for (auto& t : threads_) t->os.join();
+  running_ = false;
+  return Status::ok();
+}
+
+// --- Thread operations
+// ----------------------------------------------------------------------------
+
+uint32_t Thread::node() const { return self_->node; }
+uint32_t Thread::id() const { return self_->id; }
+
+void Thread::yield() {
+  coop_scheduler()->block_until([] { return true; }, "turn");
+}
+
+int Thread::home_of(uint64_t addr) {
+  yield();
+  Simulation::Node& n = *sim_->nodes_[self_->node];
+  return n.heap->resolve_home(n.frames->page_of(reinterpret_cast<void*>(addr)));
+}
+
+void Thread::wait_until(std::function<bool()> ready) {
+  coop_scheduler()->block_until(std::move(ready), "simulator wait");
+}
+
+void Thread::access(uint64_t addr, size_t len, bool is_write) {
+  Simulation::Node& n = *sim_->nodes_[self_->node];
+  SimFrames& f = *n.frames;
+  auto* p = reinterpret_cast<std::byte*>(addr);
+  if (len == 0 || !f.contains(p) || !f.contains(p + len - 1)) {
+    sim_->fail(Status::invalid_argument(
+        fmt::format("{}: {}-byte access at {:#x} outside the shared region",
+                    sim_->thread_name(*self_), len, addr)));
+    coop_scheduler()->block_until([] { return false; }, "failed access");
+  }
+  memory::PageId first = f.page_of(p), last = f.page_of(p + len - 1);
+  // As the MMU does for an access that spans two pages: fault until both allow it at once.
+  for (bool ok = false; !ok;) {
+    ok = true;
+    for (memory::PageId pg = first; pg <= last; ++pg) {
+      if (f.allows(pg, is_write)) continue;
+      ok = false;
+      std::byte* at = std::max(p, f.app_page(pg));
+      if (!n.hlrc->on_fault(at, is_write)) {
+        sim_->fail(Status::invalid_argument(
+            fmt::format("{}: {} of unallocated shared memory at {:#x}", sim_->thread_name(*self_),
+                        is_write ? "write" : "read", reinterpret_cast<uint64_t>(at))));
+        coop_scheduler()->block_until([] { return false; }, "failed access");
+      }
+      break;
+    }
+  }
+}
+
+void Thread::write_bytes(uint64_t addr, std::span<const std::byte> bytes) {
+  yield();
+  SimFrames& f = *sim_->nodes_[self_->node]->frames;
+  for (size_t done = 0; done < bytes.size();) {
+    uint64_t a = addr + done;
+    size_t n = std::min(bytes.size() - done, memory::kPageBytes - (a & (memory::kPageBytes - 1)));
+    access(a, n, true);
+    auto* p = reinterpret_cast<std::byte*>(a);
+    std::memcpy(f.sys_page(f.page_of(p)) + (a & (memory::kPageBytes - 1)), bytes.data() + done, n);
+    done += n;
+  }
+  sim_->note(
+      fmt::format("{} write {:#x}/{} (bulk)", sim_->thread_name(*self_), addr, bytes.size()));
+}
+
+void Thread::read_bytes(uint64_t addr, std::span<std::byte> out) {
+  yield();
+  SimFrames& f = *sim_->nodes_[self_->node]->frames;
+  for (size_t done = 0; done < out.size();) {
+    uint64_t a = addr + done;
+    size_t n = std::min(out.size() - done, memory::kPageBytes - (a & (memory::kPageBytes - 1)));
+    access(a, n, false);
+    auto* p = reinterpret_cast<std::byte*>(a);
+    std::memcpy(out.data() + done, f.sys_page(f.page_of(p)) + (a & (memory::kPageBytes - 1)), n);
+    done += n;
+  }
+  sim_->note(fmt::format("{} read {:#x}/{} (bulk)", sim_->thread_name(*self_), addr, out.size()));
+}
+
+uint64_t Thread::read(uint64_t addr, size_t len) {
+  LOOM_CHECK(len >= 1 && len <= 8, "read of {} bytes: 1..8", len);
+  yield();
+  access(addr, len, false);
+  SimFrames& f = *sim_->nodes_[self_->node]->frames;
+  std::byte bytes[8] = {};
+  for (size_t i = 0; i < len; ++i) {
+    auto* p = reinterpret_cast<std::byte*>(addr + i);
+    bytes[i] = f.sys_page(f.page_of(p))[(addr + i) & (memory::kPageBytes - 1)];
+  }
+  uint64_t v;
+  std::memcpy(&v, bytes, 8);
+  sim_->note(fmt::format("{} read {:#x}/{} = {:#x}", sim_->thread_name(*self_), addr, len, v));
+  return v;
+}
+
+void Thread::write(uint64_t addr, uint64_t value, size_t len) {
+  LOOM_CHECK(len >= 1 && len <= 8, "write of {} bytes: 1..8", len);
+  yield();
+  access(addr, len, true);
+  SimFrames& f = *sim_->nodes_[self_->node]->frames;
+  std::byte bytes[8];
+  std::memcpy(bytes, &value, 8);
+  for (size_t i = 0; i < len; ++i) {
+    auto* p = reinterpret_cast<std::byte*>(addr + i);
+    f.sys_page(f.page_of(p))[(addr + i) & (memory::kPageBytes - 1)] = bytes[i];
+  }
+  sim_->note(fmt::format("{} write {:#x}/{} = {:#x}", sim_->thread_name(*self_), addr, len, value));
+}
+
+void Thread::lock(uint64_t id) {
+  yield();
+  sim_->note(fmt::format("{} lock {:#x}", sim_->thread_name(*self_), id));
+  sim_->nodes_[self_->node]->locks->lock(id);
+  sim_->note(fmt::format("{} locked {:#x}", sim_->thread_name(*self_), id));
+}
+
+void Thread::unlock(uint64_t id) {
+  yield();
+  sim_->note(fmt::format("{} unlock {:#x}", sim_->thread_name(*self_), id));
+  sim_->nodes_[self_->node]->locks->unlock(id);
+}
+
+void Thread::barrier(uint64_t id, uint32_t count) {
+  yield();
+  sim_->note(fmt::format("{} barrier {:#x}", sim_->thread_name(*self_), id));
+  sim_->nodes_[self_->node]->barriers->wait(id, count);
+  sim_->note(fmt::format("{} passed barrier {:#x}", sim_->thread_name(*self_), id));
+}
+
+uint64_t Thread::alloc(size_t bytes, memory::Placement placement, int node) {
+  yield();
+  Result<void*> p = sim_->nodes_[self_->node]->heap->alloc(bytes, placement, node);
+  if (!p) {
+    sim_->fail(Status(p.status().code(), fmt::format("{}: alloc({}): {}", sim_->thread_name(*self_),
+                                                     bytes, p.status().message())));
+    coop_scheduler()->block_until([] { return false; }, "failed alloc");
+  }
+  auto a = reinterpret_cast<uint64_t>(*p);
+  sim_->note(fmt::format("{} alloc {} = {:#x}", sim_->thread_name(*self_), bytes, a));
+  return a;
+}
+
+// --- Statistics ---------------------------------------------------------------------------------
+
+uint64_t Simulation::messages() const { return net_->messages(); }
+uint64_t Simulation::bytes() const { return net_->bytes(); }
+
+std::vector<Simulation::TypeCount> Simulation::by_type() const {
+  std::vector<TypeCount> out;
+  for (comm::MsgType t = 0; t < comm::kMaxMsgTypes; ++t) {
+    TypeCount c;
+    for (const auto& n : nodes_) {
+      comm::MessageCounters::Row r = n->comm->counters().get(t);
+      c.messages += r.sent_msgs;
+      c.bytes += r.sent_msgs * comm::kWireHeaderSize + r.sent_bytes;
+    }
+    if (c.messages == 0) continue;
+    c.name = nodes_[0]->comm->registry().name_of(t);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+const hl::Counters& Simulation::hlrc_counters(uint32_t node) const {
+  return nodes_.at(node)->hlrc->counters();
+}
+
+}  // namespace loom::sim

@@ -1,0 +1,151 @@
+// Simulation: many Loom nodes in one process, run deterministically.
+//
+// Each simulated node has the real Comm, PageTable, Heap, HLRC protocol, lock and barrier
+// services (the same code as a real node), over SimNetwork (messages) and SimFrames (pages,
+// accesses checked in software instead of by mprotect). Simulated application threads are real
+// threads, but only one of them runs at a time: a thread runs until it would block (a lock, a
+// barrier, a page fetch, a contended mutex: base/coop.h) or starts its next operation, and then
+// hands the turn back to the scheduler. The scheduler, driven by one seeded generator, picks what
+// happens next: one runnable thread continues, or one message in flight is delivered (its handler
+// runs on the scheduler's thread, as it would on a node's server thread). So the same seed gives
+// the same execution, event for event; trace_hash() fingerprints it.
+//
+// A run ends when every thread has finished and no message is in flight. It fails (run() returns
+// the reason, and the trace tail shows how it got there) on a deadlock (threads blocked, nothing
+// to deliver), a message handler that would block, a malformed message, a failed check in a
+// program (fail()), or the step limit. A failed simulation cannot be cleaned up (its threads are
+// parked inside protocol code): it is abandoned, its memory deliberately leaked, so a process
+// should stop soon after one.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <random>
+#include <semaphore>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "memory/heap.h"
+#include "protocols/hlrc/hlrc.h"
+
+namespace loom::sim {
+
+struct Options {
+  uint32_t nodes = 2;
+  uint64_t seed = 1;
+  protocols::hlrc::Hlrc::Options hlrc;
+  uint32_t lock_fairness = 4;
+  // Events kept for failure reports; print_trace prints every event as it happens (stderr).
+  size_t trace_tail = 40;
+  bool print_trace = false;
+  uint64_t max_steps = 20'000'000;
+};
+
+class Simulation;
+struct SimThread;
+
+// What a simulated application thread can do. Every operation starts with a scheduling point.
+class Thread {
+ public:
+  uint32_t node() const;
+  uint32_t id() const;  // 0 .. threads-1, in spawn order
+  Simulation& sim() const { return *sim_; }
+
+  // Reads/writes `len` (1..8) bytes at `addr` (little endian), as an application load/store:
+  // the access is checked against the page protection and faults into the protocol.
+  uint64_t read(uint64_t addr, size_t len = 8);
+  void write(uint64_t addr, uint64_t value, size_t len = 8);
+  // Bulk accesses (as memcpy would make them: page by page, each page faulting as needed).
+  void write_bytes(uint64_t addr, std::span<const std::byte> bytes);
+  void read_bytes(uint64_t addr, std::span<std::byte> out);
+  void lock(uint64_t id);
+  void unlock(uint64_t id);
+  void barrier(uint64_t id, uint32_t count);
+  uint64_t alloc(size_t bytes, memory::Placement placement = memory::Placement::kFirstTouch,
+                 int node = -1);
+  void yield();
+  // The home node of the page holding `addr` (loom::home_of). May ask the page's chunk owner.
+  int home_of(uint64_t addr);
+  // A simulator-level wait (no messages, not a Loom operation): parks this thread until
+  // `ready()` holds. For scenarios that line threads up before they start counting.
+  void wait_until(std::function<bool()> ready);
+
+ private:
+  friend class Simulation;
+  void access(uint64_t addr, size_t len, bool is_write);
+  Simulation* sim_ = nullptr;
+  SimThread* self_ = nullptr;
+};
+
+// Ids for locks and barriers usable on every simulated node.
+uint64_t lock_id(uint32_t k);
+uint64_t barrier_id(uint32_t k);
+
+class Simulation {
+ public:
+  explicit Simulation(Options options);
+  ~Simulation();
+  Simulation(const Simulation&) = delete;
+  Simulation& operator=(const Simulation&) = delete;
+
+  uint32_t nodes() const { return opts_.nodes; }
+  uint64_t seed() const { return opts_.seed; }
+  uint64_t region_base() const;
+
+  // Adds an application thread on `node`. Before run().
+  void spawn(uint32_t node, std::function<void(Thread&)> body);
+  size_t threads() const { return threads_.size(); }
+
+  Status run();
+
+  // Stops the run with `why` (from a thread's program, e.g. a failed check); run() returns it.
+  void fail(Status why);
+  bool failed() const { return !failure_.is_ok(); }
+
+  // Adds an event to the trace.
+  void note(const std::string& event);
+  uint64_t trace_hash() const { return hash_; }
+  std::string trace_tail() const;
+  uint64_t steps() const { return steps_; }
+
+  // Messages and bytes (header + payload) sent, in total and per message type.
+  uint64_t messages() const;
+  uint64_t bytes() const;
+  struct TypeCount {
+    std::string name;
+    uint64_t messages = 0, bytes = 0;
+  };
+  std::vector<TypeCount> by_type() const;
+  // The protocol counters of one node.
+  const protocols::hlrc::Counters& hlrc_counters(uint32_t node) const;
+
+ private:
+  friend class Thread;
+  struct Node;
+  class ThreadTurn;
+  class HandlerTurn;
+
+  void resume(SimThread& t);
+  void deliver(size_t i);
+  std::string thread_name(const SimThread& t) const;
+  void abandon();
+
+  Options opts_;
+  std::mt19937_64 rng_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::unique_ptr<class SimNetwork> net_;
+  std::vector<std::unique_ptr<SimThread>> threads_;
+  std::binary_semaphore back_{0};  // a thread hands the turn back to the scheduler
+  bool running_ = false;
+  Status failure_;
+  uint64_t steps_ = 0;
+  uint64_t hash_ = 1469598103934665603ull;
+  std::deque<std::string> tail_;
+  int dumper_ = -1;
+};
+
+}  // namespace loom::sim

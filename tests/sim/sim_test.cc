@@ -1,0 +1,154 @@
+// The simulator itself: determinism, and that it reports what it must (deadlocks, program
+// races, stray accesses) instead of hanging or passing.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include "sim/checker.h"
+#include "sim/programs.h"
+#include "sim/scenarios.h"
+#include "sim/sim.h"
+
+namespace loom::sim {
+namespace {
+
+uint64_t fingerprint(const Program& p, uint64_t seed) {
+  Options o;
+  o.seed = seed;
+  CheckStats st;
+  Status s = check_program(p, o, &st);
+  EXPECT_TRUE(s.is_ok()) << s.to_string();
+  EXPECT_GT(st.reads, 0u);
+  return st.trace_hash;
+}
+
+TEST(SimTest, SameSeedSameExecution) {
+  for (uint64_t seed : {1, 2, 3, 17}) {
+    Program p = random_program(seed);
+    EXPECT_EQ(fingerprint(p, seed), fingerprint(p, seed)) << "seed " << seed;
+  }
+}
+
+TEST(SimTest, DifferentSeedsGiveDifferentSchedules) {
+  // The same program under different schedules: the traces differ.
+  Program p = litmus("counter_chain");
+  EXPECT_NE(fingerprint(p, 1), fingerprint(p, 2));
+}
+
+TEST(SimTest, CountsMessagesOfARealProtocolRun) {
+  Options o;
+  o.nodes = 2;
+  Simulation sim(o);
+  auto addr = std::make_shared<uint64_t>(0);
+  sim.spawn(0, [addr](Thread& t) {
+    *addr = t.alloc(4096, memory::Placement::kNode, 0);
+    t.write(*addr, 7);
+    t.barrier(barrier_id(0), 2);
+  });
+  sim.spawn(1, [addr](Thread& t) {
+    t.barrier(barrier_id(0), 2);
+    EXPECT_EQ(t.read(*addr), 7u);  // fetched from node 0, the home
+  });
+  ASSERT_TRUE(sim.run().is_ok());
+  EXPECT_GT(sim.messages(), 0u);
+  EXPECT_EQ(sim.hlrc_counters(1).pages_fetched.load(), 1u);
+  bool saw_page_request = false;
+  for (const auto& t : sim.by_type()) saw_page_request |= t.name == "hlrc.page_request";
+  EXPECT_TRUE(saw_page_request);
+}
+
+uint64_t scenario_messages(const std::string& name, uint32_t nodes, bool prefetch) {
+  Options o;
+  o.hlrc.prefetch = prefetch;
+  Result<ScenarioResult> r = run_scenario(name, nodes, o);
+  EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+  return r ? r->messages : 0;
+}
+
+// w = r = n writers and readers of one page homed at node 0, all holding a valid copy: each
+// other node sends its diff to the home (n-1), the barrier takes an arrival and a release per
+// other node (2(n-1)), and each other node fetches the page again (2(n-1)). The thesis's
+// single-owner bound for the data alone is 2r + w, here 3(n-1).
+TEST(ScenarioTest, WritersReadersNeedFiveMessagesPerOtherNode) {
+  for (uint32_t n = 2; n <= 8; ++n)
+    EXPECT_EQ(scenario_messages("writers_readers", n, true), 5u * (n - 1)) << n << " nodes";
+}
+
+// EP without prefetch: each other node fetches its two pages (Q and S rows, both homed at node
+// 0) on its first write (4), sends one diff message to node 0 (1) and takes part in the barrier
+// (2).
+TEST(ScenarioTest, EpNeedsSevenMessagesPerOtherNode) {
+  for (uint32_t n : {2u, 3u, 5u, 8u, 16u})
+    EXPECT_EQ(scenario_messages("ep", n, false), 7u * (n - 1)) << n << " nodes";
+}
+
+// The heat flow's messages grow linearly with the nodes (the thesis's point against
+// multiple-owner protocols, whose stop-vector exchange grows quadratically).
+TEST(ScenarioTest, HeatFlowGrowsLinearly) {
+  for (const char* name : {"hfp", "hfp_d"}) {
+    double per4 = static_cast<double>(scenario_messages(name, 4, true)) / 3;
+    double per16 = static_cast<double>(scenario_messages(name, 16, true)) / 15;
+    EXPECT_LT(per16, per4 * 1.25) << name;
+    EXPECT_GT(per16, per4 * 0.8) << name;
+  }
+}
+
+TEST(ScenarioTest, UnknownScenarioAndTooFewNodesAreRefused) {
+  EXPECT_EQ(run_scenario("nope", 4, Options()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(run_scenario("hfp", 1, Options()).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A failed simulation is abandoned with parked threads (sim.h), so these run in a child process.
+int run_and_classify(const std::function<void(Simulation&, Checker&)>& install, uint32_t threads,
+                     const char* expect) {
+  Options o;
+  o.nodes = 2;
+  Simulation sim(o);
+  Checker c(sim, threads);
+  install(sim, c);
+  Status s = sim.run();
+  if (s.is_ok()) _exit(10);
+  fprintf(stderr, "%s\n", s.to_string().c_str());
+  _exit(s.message().find(expect) != std::string::npos ? 0 : 11);
+}
+
+TEST(SimDeathTest, ReportsADeadlock) {
+  EXPECT_EXIT(run_and_classify(
+                  [](Simulation& sim, Checker&) {
+                    // Each node waits at a barrier the other never reaches.
+                    sim.spawn(0, [](Thread& t) { t.barrier(barrier_id(1), 2); });
+                    sim.spawn(1, [](Thread& t) { t.barrier(barrier_id(2), 2); });
+                  },
+                  2, "deadlock"),
+              testing::ExitedWithCode(0), "deadlock: nothing to deliver");
+}
+
+TEST(SimDeathTest, CheckerReportsARacyProgram) {
+  EXPECT_EXIT(run_and_classify(
+                  [](Simulation& sim, Checker& c) {
+                    auto a = std::make_shared<uint64_t>(0);
+                    sim.spawn(0, [a, &c](Thread& t) {
+                      *a = t.alloc(64);
+                      c.barrier(t, barrier_id(0), 2);
+                      c.write(t, *a, 1);  // unsynchronized with node 1's write
+                    });
+                    sim.spawn(1, [a, &c](Thread& t) {
+                      c.barrier(t, barrier_id(0), 2);
+                      c.write(t, *a, 2);
+                    });
+                  },
+                  2, "data race in the program"),
+              testing::ExitedWithCode(0), "data race");
+}
+
+TEST(SimDeathTest, ReportsAnAccessToUnallocatedMemory) {
+  EXPECT_EXIT(run_and_classify(
+                  [](Simulation& sim, Checker&) {
+                    sim.spawn(0, [](Thread& t) { t.read(t.sim().region_base() + (64 << 20)); });
+                    sim.spawn(1, [](Thread&) {});
+                  },
+                  2, "unallocated shared memory"),
+              testing::ExitedWithCode(0), "unallocated");
+}
+
+}  // namespace
+}  // namespace loom::sim

@@ -1,0 +1,275 @@
+// loom-sim: runs Loom's protocol and synchronization code for many simulated nodes in one
+// process, deterministically (docs/sim.md).
+//
+//   loom-sim --check K [--seed S] [--protocol P] [--mutant NAME] [--litmus NAME] [--trace]
+//       checks K programs (seeds S, S+1, ...: random data-race-free programs and litmus tests)
+//       with the consistency checker; exit 0 only if there was no violation.
+//   loom-sim --scenario NAME --nodes N [--protocol P] [--json]
+//       runs a communication scenario and prints its message and byte counts.
+//   loom-sim --table [--table-nodes 2,3,4,...] [--json]
+//       every scenario at every node count, with how messages and bytes grow with n.
+//   loom-sim --list-scenarios | --list-mutants | --list-litmus
+//
+// Exit status: 0 success, 1 a violation or failed run (the seed and a trace are printed), 2 a
+// usage error.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "sim/programs.h"
+#include "sim/scenarios.h"
+
+namespace {
+
+using namespace loom;
+using namespace loom::sim;
+
+constexpr int kExitViolation = 1;
+constexpr int kExitUsage = 2;
+
+int usage_error(const std::string& msg) {
+  std::cerr << "loom-sim: " << msg << '\n';
+  return kExitUsage;
+}
+
+// A failed simulation is abandoned with its threads parked (sim.h); leave without running
+// destructors or leak checks.
+[[noreturn]] void exit_now(int code) {
+  std::cout.flush();
+  std::cerr.flush();
+  _exit(code);
+}
+
+const MutantInfo* find_mutant(const std::string& name) {
+  for (const MutantInfo& m : mutants())
+    if (m.name == name) return &m;
+  return nullptr;
+}
+
+int run_check(uint64_t count, uint64_t seed, const std::optional<std::string>& litmus_name,
+              const std::string& mutant, const Options& base, bool json) {
+  uint64_t reads = 0, writes = 0, messages = 0, litmus_runs = 0;
+  uint64_t fingerprint = 0;  // of every run's trace: equal for equal seeds
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t s = seed + i;
+    Program p = litmus_name ? litmus(*litmus_name) : batch_program(s);
+    if (litmus_name || s % 4 == 0) ++litmus_runs;
+    Options o = base;
+    o.seed = s;
+    CheckStats st;
+    Status r = check_program(p, o, &st);
+    if (!r) {
+      std::cerr << "loom-sim: " << r.message() << '\n'
+                << fmt::format(
+                       "loom-sim: {} of {} programs passed before this one; replay with: "
+                       "loom-sim --check 1 --seed {}{}{} --trace\n",
+                       i, count, s, litmus_name ? " --litmus " + *litmus_name : "",
+                       mutant.empty() ? "" : " --mutant " + mutant);
+      exit_now(kExitViolation);
+    }
+    reads += st.reads;
+    writes += st.writes;
+    messages += st.messages;
+    fingerprint = fingerprint * 1000003 + st.trace_hash;
+  }
+  if (json) {
+    nlohmann::json j{{"checked", count},
+                     {"litmus", litmus_runs},
+                     {"random", count - litmus_runs},
+                     {"reads_checked", reads},
+                     {"writes", writes},
+                     {"messages", messages},
+                     {"violations", 0},
+                     {"seed", seed},
+                     {"trace_fingerprint", fmt::format("{:016x}", fingerprint)}};
+    std::cout << j.dump() << '\n';
+  } else {
+    std::cout << fmt::format(
+        "checked {} programs ({} random, {} litmus) from seed {}: {} reads verified, {} writes, "
+        "{} messages; no violation (trace fingerprint {:016x})\n",
+        count, count - litmus_runs, litmus_runs, seed, reads, writes, messages, fingerprint);
+  }
+  return 0;
+}
+
+int run_scenario_cmd(const std::string& name, uint32_t nodes, const Options& base, bool json) {
+  Result<ScenarioResult> r = run_scenario(name, nodes, base);
+  if (!r) {
+    std::cerr << "loom-sim: " << r.status().message() << '\n';
+    exit_now(r.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitViolation);
+  }
+  if (json) {
+    nlohmann::json types = nlohmann::json::object();
+    for (const auto& t : r->by_type) types[t.name] = {{"messages", t.messages}, {"bytes", t.bytes}};
+    nlohmann::json j{{"scenario", name},        {"protocol", "hlrc"},
+                     {"nodes", nodes},          {"prefetch", base.hlrc.prefetch},
+                     {"messages", r->messages}, {"bytes", r->bytes},
+                     {"by_type", types},        {"steps", r->steps}};
+    std::cout << j.dump() << '\n';
+  } else {
+    std::cout << fmt::format("{} on {} nodes (hlrc): {} messages, {} bytes\n", name, nodes,
+                             r->messages, r->bytes);
+    for (const auto& t : r->by_type)
+      std::cout << fmt::format("  {:<22} {:>10} msgs {:>14} bytes\n", t.name, t.messages, t.bytes);
+  }
+  return 0;
+}
+
+// Messages and bytes of every scenario at every node count, and how they grow: the exponent k
+// of messages ~ (n-1)^k between the two largest counts (1 = linear, 2 = quadratic).
+int run_table(const std::vector<uint32_t>& counts, const Options& base, bool json) {
+  nlohmann::json out = nlohmann::json::array();
+  auto growth = [&](const std::vector<uint64_t>& v) {
+    if (v.size() < 2) return 0.0;
+    size_t a = v.size() - 2, b = v.size() - 1;
+    if (v[a] == 0 || counts[a] < 2 || counts[b] <= counts[a]) return 0.0;
+    // note: against n-1, the number of other nodes, which is what the thesis's formulas use.
+    return std::log(static_cast<double>(v[b]) / static_cast<double>(v[a])) /
+           std::log(static_cast<double>(counts[b] - 1) / static_cast<double>(counts[a] - 1));
+  };
+  if (!json) {
+    std::string head = fmt::format("{:<16} {:<9}", "scenario", "");
+    for (uint32_t n : counts) head += fmt::format(" {:>11}", fmt::format("n={}", n));
+    std::cout << head << fmt::format("  {}\n", "growth");
+  }
+  for (const ScenarioInfo& sc : scenario_list()) {
+    std::vector<uint64_t> msgs, bytes;
+    for (uint32_t n : counts) {
+      Result<ScenarioResult> r = run_scenario(sc.name, n, base);
+      if (!r) {
+        std::cerr << "loom-sim: " << sc.name << " on " << n << " nodes: " << r.status().message()
+                  << '\n';
+        exit_now(kExitViolation);
+      }
+      msgs.push_back(r->messages);
+      bytes.push_back(r->bytes);
+    }
+    if (json) {
+      out.push_back({{"scenario", sc.name},
+                     {"protocol", "hlrc"},
+                     {"prefetch", base.hlrc.prefetch},
+                     {"nodes", counts},
+                     {"messages", msgs},
+                     {"bytes", bytes},
+                     {"messages_growth_exponent", growth(msgs)},
+                     {"bytes_growth_exponent", growth(bytes)}});
+      continue;
+    }
+    std::string m = fmt::format("{:<16} {:<9}", sc.name, "messages");
+    std::string k = fmt::format("{:<16} {:<9}", "", "KiB");
+    for (size_t i = 0; i < counts.size(); ++i) {
+      m += fmt::format(" {:>11}", msgs[i]);
+      k += fmt::format(" {:>11}", bytes[i] / 1024);
+    }
+    std::cout << m << fmt::format("  (n-1)^{:.2f}\n", growth(msgs)) << k
+              << fmt::format("  (n-1)^{:.2f}\n", growth(bytes));
+  }
+  if (json) std::cout << out.dump() << '\n';
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("Runs Loom's protocols for simulated nodes in one process, deterministically.",
+               "loom-sim");
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.footer(
+      "Exit status: 0 success; 1 a violation or failed run (seed and trace printed); 2 a "
+      "usage error. See docs/sim.md.");
+  std::optional<uint64_t> check;
+  uint64_t seed = 1;
+  std::string protocol = "hlrc", mutant, scenario;
+  std::optional<std::string> litmus_name;
+  uint32_t nodes = 0;
+  bool json = false, trace = false, list_scenarios = false, list_mutants = false,
+       list_litmus = false, no_prefetch = false;
+  app.add_option("--check", check, "Check K programs with the consistency checker")
+      ->option_text("K");
+  app.add_option("--seed", seed, "First seed (programs use seed, seed+1, ...)")->option_text("S");
+  app.add_option("--protocol", protocol, "Consistency protocol (hlrc)")->option_text("P");
+  app.add_option("--mutant", mutant, "Use a deliberately broken protocol variant (--list-mutants)")
+      ->option_text("NAME");
+  app.add_option("--litmus", litmus_name, "With --check: run only this litmus test")
+      ->option_text("NAME");
+  app.add_option("--scenario", scenario, "Run a communication scenario (--list-scenarios)")
+      ->option_text("NAME");
+  app.add_option("--nodes", nodes, "Simulated nodes for --scenario")->option_text("N");
+  bool table = false;
+  std::vector<uint32_t> table_nodes = {2, 3, 4, 5, 6, 7, 8, 64, 256, 1024};
+  app.add_flag("--table", table,
+               "Every scenario at every node count of --table-nodes, with the growth in n");
+  app.add_option("--table-nodes", table_nodes, "Node counts for --table (default 2..8,64,256,1024)")
+      ->delimiter(',')
+      ->option_text("N,N,...");
+  app.add_flag("--json", json, "Print one JSON object");
+  app.add_flag("--no-prefetch", no_prefetch,
+               "Do not prefetch invalidated pages at acquires (LOOM_PREFETCH=0)");
+  app.add_flag("--trace", trace, "Print every event of the run (stderr)");
+  app.add_flag("--list-scenarios", list_scenarios, "List the scenarios");
+  app.add_flag("--list-mutants", list_mutants, "List the protocol mutants");
+  app.add_flag("--list-litmus", list_litmus, "List the litmus tests");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    return usage_error(fmt::format("{} (see loom-sim --help)", e.what()));
+  }
+
+  if (list_scenarios) {
+    for (const ScenarioInfo& s : scenario_list())
+      std::cout << fmt::format("{:<18} {}\n", s.name, s.what);
+    return 0;
+  }
+  if (list_mutants) {
+    for (const MutantInfo& m : mutants()) std::cout << fmt::format("{:<18} {}\n", m.name, m.what);
+    return 0;
+  }
+  if (list_litmus) {
+    for (const std::string& n : litmus_names()) std::cout << n << '\n';
+    return 0;
+  }
+  if (protocol != "hlrc")
+    return usage_error(fmt::format("--protocol {}: unknown protocol (available: hlrc)", protocol));
+  Options base;
+  base.print_trace = trace;
+  base.hlrc.prefetch = !no_prefetch;
+  if (!mutant.empty()) {
+    const MutantInfo* m = find_mutant(mutant);
+    if (m == nullptr)
+      return usage_error(fmt::format("--mutant {}: no such mutant (see --list-mutants)", mutant));
+    base.hlrc.mutant = m->mutant;
+  }
+  if (litmus_name) {
+    const auto& names = litmus_names();
+    if (std::find(names.begin(), names.end(), *litmus_name) == names.end())
+      return usage_error(
+          fmt::format("--litmus {}: no such litmus test (see --list-litmus)", *litmus_name));
+  }
+  if ((check ? 1 : 0) + (scenario.empty() ? 0 : 1) + (table ? 1 : 0) > 1)
+    return usage_error("--check, --scenario and --table exclude each other");
+  if (table) {
+    if (table_nodes.empty()) return usage_error("--table-nodes: no node counts");
+    for (uint32_t n : table_nodes)
+      if (n < 2)
+        return usage_error(fmt::format("--table-nodes: {} nodes (every scenario needs 2)", n));
+    return run_table(table_nodes, base, json);
+  }
+  if (check) {
+    if (*check == 0) return usage_error("--check 0: nothing to check");
+    return run_check(*check, seed, litmus_name, mutant, base, json);
+  }
+  if (!scenario.empty()) {
+    if (nodes == 0) return usage_error("--scenario needs --nodes N (N >= 1)");
+    base.seed = seed;
+    return run_scenario_cmd(scenario, nodes, base, json);
+  }
+  return usage_error("nothing to do: give --check K or --scenario NAME (see loom-sim --help)");
+}
