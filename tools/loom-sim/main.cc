@@ -1,9 +1,11 @@
 // loom-sim: runs Loom's protocol and synchronization code for many simulated nodes in one
 // process, deterministically (docs/sim.md).
 //
-//   loom-sim --check K [--seed S] [--protocol P] [--mutant NAME] [--litmus NAME] [--trace]
-//       checks K programs (seeds S, S+1, ...: random data-race-free programs and litmus tests)
-//       with the consistency checker; exit 0 only if there was no violation.
+//   loom-sim --check K [--seed S] [--schedules M] [--protocol P] [--mutant NAME] [--litmus NAME]
+//            [--trace]
+//       checks K programs (seeds S, S+1, ...: random data-race-free programs and litmus tests),
+//       each under M schedules, with the consistency checker; exit 0 only if there was no
+//       violation.
 //   loom-sim --scenario NAME --nodes N [--protocol P] [--json]
 //       runs a communication scenario and prints its message and byte counts.
 //   loom-sim --table [--table-nodes 2,3,4,...] [--json]
@@ -51,34 +53,43 @@ const MutantInfo* find_mutant(const std::string& name) {
   return nullptr;
 }
 
-int run_check(uint64_t count, uint64_t seed, const std::optional<std::string>& litmus_name,
-              const std::string& mutant, const Options& base, bool json) {
+// Runs programs seed..seed+count-1, each under `schedules` schedules: the first with the
+// program's own seed, the others with seeds derived from it.
+int run_check(uint64_t count, uint64_t seed, uint64_t schedules,
+              const std::optional<std::string>& litmus_name, const std::string& mutant,
+              const Options& base, bool json) {
   uint64_t reads = 0, writes = 0, messages = 0, litmus_runs = 0;
   uint64_t fingerprint = 0;  // of every run's trace: equal for equal seeds
   for (uint64_t i = 0; i < count; ++i) {
     uint64_t s = seed + i;
     Program p = litmus_name ? litmus(*litmus_name) : batch_program(s);
     if (litmus_name || s % 4 == 0) ++litmus_runs;
-    Options o = base;
-    o.seed = s;
-    CheckStats st;
-    Status r = check_program(p, o, &st);
-    if (!r) {
-      std::cerr << "loom-sim: " << r.message() << '\n'
-                << fmt::format(
-                       "loom-sim: {} of {} programs passed before this one; replay with: "
-                       "loom-sim --check 1 --seed {}{}{} --trace\n",
-                       i, count, s, litmus_name ? " --litmus " + *litmus_name : "",
-                       mutant.empty() ? "" : " --mutant " + mutant);
-      exit_now(kExitViolation);
+    for (uint64_t j = 0; j < schedules; ++j) {
+      Options o = base;
+      o.seed = j == 0 ? s : s ^ (j * 0x9e3779b97f4a7c15ull);
+      CheckStats st;
+      Status r = check_program(p, o, &st);
+      if (!r) {
+        std::cerr << "loom-sim: " << r.message() << '\n'
+                  << fmt::format(
+                         "loom-sim: {} runs passed before this one; replay with: loom-sim "
+                         "--check 1 --seed {}{}{}{} --trace\n",
+                         i * schedules + j, s,
+                         schedules > 1 ? fmt::format(" --schedules {}", j + 1) : "",
+                         litmus_name ? " --litmus " + *litmus_name : "",
+                         mutant.empty() ? "" : " --mutant " + mutant);
+        exit_now(kExitViolation);
+      }
+      reads += st.reads;
+      writes += st.writes;
+      messages += st.messages;
+      fingerprint = fingerprint * 1000003 + st.trace_hash;
     }
-    reads += st.reads;
-    writes += st.writes;
-    messages += st.messages;
-    fingerprint = fingerprint * 1000003 + st.trace_hash;
   }
   if (json) {
     nlohmann::json j{{"checked", count},
+                     {"schedules", schedules},
+                     {"runs", count * schedules},
                      {"litmus", litmus_runs},
                      {"random", count - litmus_runs},
                      {"reads_checked", reads},
@@ -90,9 +101,10 @@ int run_check(uint64_t count, uint64_t seed, const std::optional<std::string>& l
     std::cout << j.dump() << '\n';
   } else {
     std::cout << fmt::format(
-        "checked {} programs ({} random, {} litmus) from seed {}: {} reads verified, {} writes, "
-        "{} messages; no violation (trace fingerprint {:016x})\n",
-        count, count - litmus_runs, litmus_runs, seed, reads, writes, messages, fingerprint);
+        "checked {} programs ({} random, {} litmus) x {} schedules from seed {}: {} reads "
+        "verified, {} writes, {} messages; no violation (trace fingerprint {:016x})\n",
+        count, count - litmus_runs, litmus_runs, schedules, seed, reads, writes, messages,
+        fingerprint);
   }
   return 0;
 }
@@ -192,6 +204,9 @@ int main(int argc, char** argv) {
   app.add_option("--check", check, "Check K programs with the consistency checker")
       ->option_text("K");
   app.add_option("--seed", seed, "First seed (programs use seed, seed+1, ...)")->option_text("S");
+  uint64_t schedules = 1;
+  app.add_option("--schedules", schedules, "With --check: run each program under M schedules")
+      ->option_text("M");
   app.add_option("--protocol", protocol, "Consistency protocol (hlrc)")->option_text("P");
   app.add_option("--mutant", mutant, "Use a deliberately broken protocol variant (--list-mutants)")
       ->option_text("NAME");
@@ -264,7 +279,8 @@ int main(int argc, char** argv) {
   }
   if (check) {
     if (*check == 0) return usage_error("--check 0: nothing to check");
-    return run_check(*check, seed, litmus_name, mutant, base, json);
+    if (schedules == 0) return usage_error("--schedules 0: nothing to run");
+    return run_check(*check, seed, schedules, litmus_name, mutant, base, json);
   }
   if (!scenario.empty()) {
     if (nodes == 0) return usage_error("--scenario needs --nodes N (N >= 1)");
