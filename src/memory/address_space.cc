@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -62,19 +63,32 @@ int64_t count_mappings() {
 }
 
 Result<std::unique_ptr<AddressSpace>> AddressSpace::create(uintptr_t base, size_t size) {
+  return create(base, size, StaticSegment());
+}
+
+Result<std::unique_ptr<AddressSpace>> AddressSpace::create(uintptr_t base, size_t size,
+                                                           StaticSegment segment) {
   if (base % kPageBytes != 0 || size % kPageBytes != 0 || size == 0)
     return Status::invalid_argument(fmt::format(
         "shared region base {:#x} and size {} must be non-zero multiples of the page size", base,
         size));
+  if (segment.addr % kPageBytes != 0 || segment.len % kPageBytes != 0)
+    return Status::invalid_argument(
+        fmt::format("static segment [{:#x}, +{}) is not page-aligned", segment.addr, segment.len));
+  if (segment.len != 0 && segment.addr < base + size && base < segment.addr + segment.len)
+    return Status::invalid_argument(
+        fmt::format("static segment [{:#x}, +{}) overlaps the shared region [{:#x}, +{})",
+                    segment.addr, segment.len, base, size));
   std::unique_ptr<AddressSpace> as(new AddressSpace());
   as->size_ = size;
+  const size_t total = size + segment.len;
   as->map_limit_ = read_map_limit();
   as->fd_ = ::memfd_create("loom-shared", MFD_CLOEXEC);
   if (as->fd_ < 0)
     return Status::internal(fmt::format("memfd_create failed: {}", std::strerror(errno)));
-  if (::ftruncate(as->fd_, static_cast<off_t>(size)) != 0)
+  if (::ftruncate(as->fd_, static_cast<off_t>(total)) != 0)
     return Status::internal(fmt::format("cannot size the shared region's memfd to {} bytes: {}",
-                                        size, std::strerror(errno)));
+                                        total, std::strerror(errno)));
   void* app = ::mmap(reinterpret_cast<void*>(base), size, PROT_NONE,
                      MAP_SHARED | MAP_FIXED_NOREPLACE | MAP_NORESERVE, as->fd_, 0);
   if (app == MAP_FAILED) {
@@ -95,26 +109,64 @@ Result<std::unique_ptr<AddressSpace>> AddressSpace::create(uintptr_t base, size_
   // The system view right after the application view if that range is free (a hint, not
   // fixed): keeps both in the same part of the address space, which sanitizers' shadow maps
   // and core dumps like.
-  void* sys = ::mmap(reinterpret_cast<void*>(base + size), size, PROT_READ | PROT_WRITE,
+  void* sys = ::mmap(reinterpret_cast<void*>(base + size), total, PROT_READ | PROT_WRITE,
                      MAP_SHARED | MAP_NORESERVE, as->fd_, 0);
   if (sys == MAP_FAILED)
     return Status::internal(
         fmt::format("cannot map the shared region's system view: {}", std::strerror(errno)));
   as->sys_ = static_cast<std::byte*>(sys);
+  if (segment.len != 0) {
+    // The segment is mapped in use (it is the program's own data): copy, then replace the
+    // private mapping by the shared one in one mmap call.
+    auto* at = reinterpret_cast<std::byte*>(segment.addr);
+    if (segment.keep_contents) {
+      // note: a raw system call, not memcpy: the segment holds the program's globals with the
+      // redzones a sanitizer puts between them, and copying whole pages must not trip it.
+      for (size_t done = 0; done < segment.len;) {
+        long n = ::syscall(SYS_pwrite64, as->fd_, at + done, segment.len - done,
+                           static_cast<off_t>(size + done));
+        if (n <= 0)
+          return Status::internal(fmt::format(
+              "cannot copy the program's data into shared memory: {}", std::strerror(errno)));
+        done += static_cast<size_t>(n);
+      }
+    }
+    void* st = ::mmap(at, segment.len, segment.keep_contents ? PROT_READ | PROT_WRITE : PROT_NONE,
+                      MAP_SHARED | MAP_FIXED | MAP_NORESERVE, as->fd_, static_cast<off_t>(size));
+    if (st == MAP_FAILED)
+      return Status::internal(fmt::format("cannot share the program's data [{:#x}, +{}): {}",
+                                          segment.addr, segment.len, std::strerror(errno)));
+    as->static_ = at;
+    as->static_size_ = segment.len;
+  }
   as->calls_until_check_.store(as->map_limit_ / 4);
   return as;
 }
 
 AddressSpace::~AddressSpace() {
   if (app_ != nullptr) ::munmap(app_, size_);
-  if (sys_ != nullptr) ::munmap(sys_, size_);
+  if (sys_ != nullptr) ::munmap(sys_, size_ + static_size_);
+  // note: the static segment stays mapped (it is the program's data, still in use); it keeps
+  // the memfd alive.
   if (fd_ >= 0) ::close(fd_);
+}
+
+void AddressSpace::open_static() {
+  if (static_ != nullptr && ::mprotect(static_, static_size_, PROT_READ | PROT_WRITE) != 0)
+    log::fatal(fmt::format("cannot open the program's data: {}", std::strerror(errno)));
 }
 
 void AddressSpace::protect(PageId first, size_t count, Prot prot) {
   if (count == 0) return;
   LOOM_CHECK(first + count <= num_pages() && first + count > first,
              "protect [{}, +{}) outside the region of {} pages", first, count, num_pages());
+  if (first < heap_pages() && first + count > heap_pages()) {
+    // The range runs from the heap region into the static segment: two mappings.
+    size_t in_heap = heap_pages() - first;
+    protect(first, in_heap, prot);
+    protect(heap_pages(), count - in_heap, prot);
+    return;
+  }
   protect_calls_.fetch_add(1, std::memory_order_relaxed);
   maybe_collapse();
   void* addr = app_page(first);
@@ -154,7 +206,8 @@ void AddressSpace::collapse() {
   // note: every page's intended protection stays in the page table; pages now fault once and
   // the fault handler restores it. Concurrent protect() calls may land before or after this one;
   // either order leaves each page at most as open as intended.
-  if (::mprotect(app_, size_, PROT_NONE) != 0)
+  if (::mprotect(app_, size_, PROT_NONE) != 0 ||
+      (static_ != nullptr && ::mprotect(static_, static_size_, PROT_NONE) != 0))
     log::fatal(
         fmt::format("cannot reset the shared region's protection: {}", std::strerror(errno)));
   collapses_.fetch_add(1, std::memory_order_relaxed);

@@ -31,8 +31,19 @@ namespace loom::memory {
 
 class AddressSpace final : public PageFrames {
  public:
-  // Maps `size` bytes at `base` (both page-aligned). Fails with a message naming the range if
-  // it is already taken or cannot be reserved.
+  // A program's own writable data (.data/.bss), shared at its own address: the segment
+  // [addr, addr+len) (page-aligned) is replaced by shared memory. With `keep_contents` (node 0,
+  // its home) the current bytes are copied in and the pages stay read-write; otherwise the pages
+  // start inaccessible and fault.
+  struct StaticSegment {
+    uintptr_t addr = 0;
+    size_t len = 0;
+    bool keep_contents = false;
+  };
+  // Maps `size` bytes at `base` (both page-aligned), and the static segment if it has a length.
+  // Fails with a message naming the range if it is already taken or cannot be reserved.
+  static Result<std::unique_ptr<AddressSpace>> create(uintptr_t base, size_t size,
+                                                      StaticSegment segment);
   static Result<std::unique_ptr<AddressSpace>> create(uintptr_t base, size_t size);
   ~AddressSpace() override;
 
@@ -41,6 +52,10 @@ class AddressSpace final : public PageFrames {
 
   // Sets the application view's protection of pages [first, first+count) (mprotect).
   void protect(PageId first, size_t count, Prot prot) override;
+  // Makes the whole static segment readable and writable again (when the runtime stops: the
+  // program's data must stay usable without a fault handler). REQUIRES: this node holds valid
+  // copies (node 0, its home, after the last barrier).
+  void open_static();
   // Drops the contents of pages (they read as zero afterwards, in both views).
   void discard(PageId first, size_t count);
 

@@ -25,23 +25,37 @@ using PageId = uint64_t;  // index of a page in the region
 enum class Prot : uint8_t { kNone = 0, kRead = 1, kReadWrite = 3 };
 const char* prot_name(Prot p);
 
+// The shared pages form one id space: first the *heap region* (pages 0 .. heap_pages()-1, at
+// app_base(), where the heap allocates), then optionally a *static segment* (a program's own
+// .data/.bss, shared as is at its own address; pages heap_pages() .. num_pages()-1). Static pages
+// are homed at node 0.
 class PageFrames {
  public:
   virtual ~PageFrames() = default;
   PageFrames(const PageFrames&) = delete;
   PageFrames& operator=(const PageFrames&) = delete;
 
+  // The heap region.
   std::byte* app_base() const { return app_; }
   size_t size() const { return size_; }
-  size_t num_pages() const { return size_ >> kPageShift; }
-  bool contains(const void* p) const {
-    auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(app_);
-    return a >= b && a - b < size_;
-  }
+  size_t heap_pages() const { return size_ >> kPageShift; }
+  // The static segment (null, 0 if none).
+  std::byte* static_base() const { return static_; }
+  size_t static_size() const { return static_size_; }
+  bool is_static(PageId p) const { return p >= heap_pages(); }
+
+  // Every shared page, heap and static.
+  size_t num_pages() const { return (size_ + static_size_) >> kPageShift; }
+  bool contains(const void* p) const { return in(p, app_, size_) || in(p, static_, static_size_); }
+  // REQUIRES: contains(p).
   PageId page_of(const void* p) const {
-    return (reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(app_)) >> kPageShift;
+    if (in(p, app_, size_)) return offset(p, app_) >> kPageShift;
+    return heap_pages() + (offset(p, static_) >> kPageShift);
   }
-  std::byte* app_page(PageId p) const { return app_ + (p << kPageShift); }
+  std::byte* app_page(PageId p) const {
+    if (p < heap_pages()) return app_ + (p << kPageShift);
+    return static_ + ((p - heap_pages()) << kPageShift);
+  }
 
   // The page through the always-writable view.
   virtual std::byte* sys_page(PageId p) const = 0;
@@ -50,8 +64,16 @@ class PageFrames {
 
  protected:
   PageFrames() = default;
+  static uintptr_t offset(const void* p, const std::byte* base) {
+    return reinterpret_cast<uintptr_t>(p) - reinterpret_cast<uintptr_t>(base);
+  }
+  static bool in(const void* p, const std::byte* base, size_t len) {
+    return offset(p, base) < len;  // note: wraps for p < base
+  }
   std::byte* app_ = nullptr;
   size_t size_ = 0;
+  std::byte* static_ = nullptr;
+  size_t static_size_ = 0;
 };
 
 }  // namespace loom::memory

@@ -47,7 +47,7 @@ Heap::Heap(comm::Comm& comm, PageFrames& space, PageTable& table)
       table_(table),
       me_(comm.rank()),
       nodes_(comm.size()),
-      num_chunks_(space.num_pages() / kChunkPages),
+      num_chunks_(space.heap_pages() / kChunkPages),
       owner_cache_(new std::atomic<int32_t>[num_chunks_]) {
   for (uint64_t c = 0; c < num_chunks_; ++c) owner_cache_[c].store(-1, std::memory_order_relaxed);
   if (me_ == 0) {
@@ -87,7 +87,8 @@ Status Heap::register_messages() {
   s = reg.add_typed<PageMsg>(
       heap_msg::kHomeQuery, "heap.home_query",
       [this](const PageMsg& m, comm::Incoming& in) -> Status {
-        if (m.page >= space_.num_pages()) return Status::malformed("home query outside the region");
+        if (m.page >= space_.heap_pages())
+          return Status::malformed("home query outside the heap region");
         HomeReply r{};
         {
           MutexLock l(mu_);
@@ -267,7 +268,7 @@ Result<void*> Heap::alloc(size_t size, Placement placement, int node) {
 
 Status Heap::free(void* p) {
   if (p == nullptr) return Status::ok();
-  if (!space_.contains(p))
+  if (!space_.contains(p) || space_.is_static(space_.page_of(p)))
     return Status::invalid_argument(fmt::format("loom::free({}): not in the shared region", p));
   frees_.fetch_add(1, std::memory_order_relaxed);
   int32_t owner = chunk_owner(space_.page_of(p) / kChunkPages);
@@ -287,7 +288,7 @@ Status Heap::free_local(uintptr_t addr) {
     return Status::ok();
   }
   auto* ptr = reinterpret_cast<std::byte*>(addr);
-  if (space_.contains(ptr) && addr % kPageBytes == 0) {
+  if (space_.contains(ptr) && !space_.is_static(space_.page_of(ptr)) && addr % kPageBytes == 0) {
     auto it = records_.find(space_.page_of(ptr));
     if (it != records_.end() && !it->second.slab) {
       Record r = it->second;
@@ -340,6 +341,7 @@ int32_t Heap::owner_home(PageId page, comm::NodeId requester) {
 
 int32_t Heap::resolve_home(PageId page) {
   if (page >= space_.num_pages()) return kNotAllocated;
+  if (space_.is_static(page)) return 0;  // a program's own data is homed at node 0
   {
     PageEntry* e = table_.find(page);
     if (e != nullptr) {

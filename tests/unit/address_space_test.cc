@@ -32,6 +32,44 @@ TEST(AddressSpace, BothViewsShowTheSameBytes) {
   EXPECT_EQ(a.page_of(a.app_page(7) + 5), 7u);
 }
 
+// A program's data (here: an anonymous private mapping standing in for .data/.bss) becomes the
+// static segment: same addresses, same bytes, now backed by the shared memfd.
+TEST(AddressSpace, StaticSegmentKeepsTheProgramsDataAtItsAddress) {
+  constexpr size_t kLen = 3 * kPageBytes;
+  void* data = ::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(data, MAP_FAILED);
+  auto* bytes = static_cast<char*>(data);
+  std::strcpy(bytes + 10, "global");
+  std::strcpy(bytes + 2 * kPageBytes, "bss");
+  auto as = AddressSpace::create(kBase, 8 << 20,
+                                 {reinterpret_cast<uintptr_t>(data), kLen, /*keep_contents=*/true});
+  ASSERT_TRUE(as) << as.status().to_string();
+  AddressSpace& a = **as;
+  EXPECT_EQ(a.heap_pages(), (8u << 20) / kPageBytes);
+  EXPECT_EQ(a.num_pages(), a.heap_pages() + 3);
+  EXPECT_STREQ(bytes + 10, "global");  // still readable and writable in place
+  PageId p = a.page_of(bytes + 2 * kPageBytes + 1);
+  EXPECT_EQ(p, a.heap_pages() + 2);
+  EXPECT_TRUE(a.is_static(p));
+  EXPECT_FALSE(a.is_static(a.heap_pages() - 1));
+  EXPECT_EQ(a.app_page(p), reinterpret_cast<std::byte*>(bytes + 2 * kPageBytes));
+  EXPECT_STREQ(reinterpret_cast<const char*>(a.sys_page(p)), "bss");
+  std::strcpy(bytes + 2 * kPageBytes + 100, "shared");  // the program writes: the memfd sees it
+  EXPECT_STREQ(reinterpret_cast<const char*>(a.sys_page(p) + 100), "shared");
+  // A protection range that runs from the heap region into the segment works on both.
+  a.protect(a.heap_pages() - 1, 2, Prot::kRead);
+  a.protect(a.heap_pages() - 1, 2, Prot::kReadWrite);
+  bytes[5] = 'x';
+  EXPECT_TRUE(a.contains(bytes));
+  EXPECT_FALSE(a.contains(bytes + kLen));
+}
+
+TEST(AddressSpace, StaticSegmentOverlappingTheRegionIsRefused) {
+  auto as = AddressSpace::create(kBase, 8 << 20, {kBase + kPageBytes, kPageBytes, false});
+  ASSERT_FALSE(as);
+  EXPECT_NE(as.status().message().find("overlaps"), std::string::npos);
+}
+
 TEST(AddressSpace, ATakenRangeIsAClearError) {
   auto first = AddressSpace::create(kBase, 16 << 20);
   ASSERT_TRUE(first);
