@@ -6,7 +6,7 @@ packages=(
   libucx-dev ucx-utils libpmix-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev
-  openmpi-bin iproute2 python3 bc procps
+  openmpi-bin iproute2 python3 bc procps m4
 )
 missing=()
 for p in "${packages[@]}"; do

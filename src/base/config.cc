@@ -71,6 +71,14 @@ const ConfigRow kRows[] = {
     {"LOCK_FAIRNESS", ConfigType::kInt, "4",
      "Lock handoffs to waiting threads on the same node before a waiting remote node is served.",
      "", 1, 1 << 20},
+    {"PM_PLACEMENT", ConfigType::kEnum, "block",
+     "PARMACS programs: where CREATE puts threads. block: consecutive threads on one node "
+     "(PM_THREADS_PER_NODE each, or n/nodes for CREATE(fn, n)); cyclic: thread i on node i mod n.",
+     "block|cyclic"},
+    {"PM_THREADS_PER_NODE", ConfigType::kInt, "0",
+     "PARMACS programs, block placement with one CREATE per thread: threads per node (0: unknown, "
+     "place cyclically).",
+     "", 0, 1 << 20},
     {"BOOT_ADDR", ConfigType::kString, "", "Set by loomrun: its bootstrap socket.", "", 0, 0, true},
     {"JOB_TOKEN", ConfigType::kString, "", "Set by loomrun: the job's random token.", "", 0, 0,
      true},

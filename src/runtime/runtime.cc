@@ -11,11 +11,13 @@
 #include "base/log.h"
 #include "loom/loom.h"
 #include "loom/loom.hpp"
+#include "runtime/parmacs.h"
 
 namespace loom::runtime {
 namespace {
 
 std::unique_ptr<Runtime> g_runtime;
+memory::AddressSpace::StaticSegment g_program_data;
 
 log::Level parse_level(const std::string& s) {
   if (s == "error") return log::Level::kError;
@@ -136,7 +138,10 @@ void Runtime::start_memory() {
                            "(LOOM_REGION_BASE and LOOM_REGION_SIZE must be the same on "
                            "every node)",
                            n, (*all)[n], mine));
-  Result<std::unique_ptr<memory::AddressSpace>> space = memory::AddressSpace::create(base, size);
+  memory::AddressSpace::StaticSegment data = g_program_data;
+  data.keep_contents = comm_->rank() == 0;
+  Result<std::unique_ptr<memory::AddressSpace>> space =
+      memory::AddressSpace::create(base, size, data);
   if (!space) {
     bootstrap_->abort_job(space.status().message());
     log::die(kExitConfig, space.status().message());
@@ -150,9 +155,11 @@ void Runtime::start_memory() {
   locks_ = std::make_unique<sync::LockService>(
       *comm_, *hlrc_, static_cast<uint32_t>(config_.get_int("LOCK_FAIRNESS")));
   barriers_ = std::make_unique<sync::BarrierService>(*comm_, *hlrc_, space_->num_pages());
+  hlrc_->init_static_pages();
   // Registered before the start-up barrier: no peer can send these types earlier.
-  for (Status s : {heap_->register_messages(), hlrc_->register_messages(),
-                   locks_->register_messages(), barriers_->register_messages()})
+  for (Status s :
+       {heap_->register_messages(), hlrc_->register_messages(), locks_->register_messages(),
+        barriers_->register_messages(), register_parmacs_messages(*this)})
     LOOM_CHECK(s.is_ok(), "registering message types: {}", s.to_string());
   if (Status s = memory::install_fault_handler(space_.get(), hlrc_.get()); !s)
     log::die(kExitJobFailed, s.to_string());
@@ -280,6 +287,11 @@ void Runtime::on_fatal(const Status& why) {
 Runtime& current() {
   LOOM_CHECK(g_runtime != nullptr, "Loom is not initialized: call loom::init() first");
   return *g_runtime;
+}
+
+void set_program_data(uintptr_t addr, size_t len) {
+  LOOM_CHECK(g_runtime == nullptr, "set_program_data after loom::init");
+  g_program_data = {addr, len, false};
 }
 
 }  // namespace loom::runtime

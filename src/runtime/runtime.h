@@ -78,6 +78,11 @@ class Runtime {
   bool stopped_ = false;
 };
 
+// Shares a program's own writable data [addr, addr+len) (page-aligned: its .data and .bss) as
+// coherent shared memory homed at node 0, from the next start() on. For the PARMACS layer,
+// whose programs keep shared state in plain globals (docs/parmacs.md).
+void set_program_data(uintptr_t addr, size_t len);
+
 // The running node's runtime. REQUIRES: loom::init() was called.
 Runtime& current();
 

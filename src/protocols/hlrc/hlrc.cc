@@ -144,6 +144,27 @@ std::string Hlrc::dump_page(PageId page) {
       e->version.to_string());
 }
 
+void Hlrc::init_static_pages() {
+  for (PageId p = space_.heap_pages(); p < space_.num_pages(); ++p) {
+    PageEntry& e = table_.at(p);
+    MutexLock l(table_.lock_of(p));
+    e.home = 0;
+    if (me_ == 0) {
+      e.state = st(PageState::kHomePrivate);
+      e.prot = Prot::kReadWrite;  // AddressSpace mapped it so
+    }
+  }
+}
+
+void Hlrc::settle_static_pages() {
+  LOOM_CHECK(me_ == 0, "settle_static_pages on node {}: only the home of the static pages", me_);
+  for (PageId p = space_.heap_pages(); p < space_.num_pages(); ++p) {
+    PageEntry& e = table_.at(p);
+    MutexLock l(table_.lock_of(p));
+    while (!e.version.covers(e.required)) table_.cv_of(p).wait(table_.lock_of(p));
+  }
+}
+
 // --- Faults ---------------------------------------------------------------------------------
 
 void Hlrc::add_dirty(PageId page, PageEntry& e) {

@@ -118,6 +118,14 @@ class Hlrc final : public memory::FaultTarget, public Consistency {
   void gc(const VectorTime& floor) override;
   size_t stored_records() const;
 
+  // The frames' static segment (a program's own data, homed at node 0): sets its pages' home,
+  // and at node 0 makes them home-private (their current contents are the master copy). Call
+  // once, before any other node can access them.
+  void init_static_pages();
+  // Node 0: waits until every static page holds every write announced to this node, so the
+  // program's data can be used without the protocol (at the end of the job).
+  void settle_static_pages();
+
   const Counters& counters() const { return counters_; }
   std::string dump_page(memory::PageId page);
 
