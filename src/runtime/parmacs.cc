@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <thread>
@@ -27,6 +29,24 @@ namespace hl = protocols::hlrc;
 [[noreturn]] void misuse(std::string_view what) { log::die(kExitConfig, what); }
 
 thread_local long t_thread_id = 0;
+thread_local bool t_program_thread = false;
+
+// Stops this process at once with `status`, its output flushed.
+[[noreturn]] void quit_now(int status) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(status);
+}
+
+// Node 0: tells every other node to stop with `status`, then stops.
+[[noreturn]] void abort_job(int status) {
+  Runtime& r = current();
+  r.comm().begin_shutdown();  // nodes going away now are expected
+  uint32_t code = static_cast<uint32_t>(status);
+  for (comm::NodeId n = 1; n < r.size(); ++n)
+    (void)r.comm().call(n, pm_msg::kAbort, comm::as_bytes_of(code));
+  quit_now(status);
+}
 
 // A job-wide barrier for the end of the job (node field 0xffff: never handed out).
 constexpr uint64_t kEndBarrier = sync::kBarrierTag | (uint64_t{0xffff} << 32) | 2;
@@ -76,6 +96,7 @@ uint32_t place(long index, long total) {
 void run_created(uint64_t fn, uint64_t index, VectorTime creator_vt) {
   Runtime& r = rt();
   t_thread_id = static_cast<long>(index);
+  t_program_thread = true;
   r.hlrc().acquire();
   reinterpret_cast<void (*)(void)>(fn)();
   r.hlrc().release();
@@ -102,6 +123,7 @@ void create_one(void (*fn)(void), long total) {
   if (node == 0) {
     std::thread t([fn, index] {
       t_thread_id = index;
+      t_program_thread = true;
       fn();
       State& s = state();
       MutexLock l(s.mu);
@@ -160,13 +182,58 @@ Status register_parmacs_messages(Runtime& r) {
     return Status::ok();
   });
   if (!s) return s;
-  return reg.add(pm_msg::kEnd, "pm.end", [](comm::Incoming&) -> Status {
+  s = reg.add(pm_msg::kEnd, "pm.end", [](comm::Incoming&) -> Status {
     State& st = state();
     MutexLock l(st.mu);
     st.end = true;
     st.cv.notify_all();
     return Status::ok();
   });
+  if (!s) return s;
+  s = reg.add(pm_msg::kExit, "pm.exit", [](comm::Incoming& in) -> Status {
+    uint32_t code;
+    if (in.payload().size() != sizeof code) return Status::malformed("pm.exit: bad length");
+    std::memcpy(&code, in.payload().data(), sizeof code);
+    // note: stopping the job waits for every node's answer: not on the server thread.
+    std::thread([code] { abort_job(static_cast<int>(code)); }).detach();
+    return Status::ok();
+  });
+  if (!s) return s;
+  return reg.add(pm_msg::kAbort, "pm.abort", [&r](comm::Incoming& in) -> Status {
+    uint32_t code;
+    if (in.payload().size() != sizeof code) return Status::malformed("pm.abort: bad length");
+    std::memcpy(&code, in.payload().data(), sizeof code);
+    r.comm().begin_shutdown();
+    Status st = r.comm().reply(in.reply_to(), std::span<const std::byte>());
+    // The reply goes out before the process ends.
+    std::thread([code] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      quit_now(static_cast<int>(code));
+    }).detach();
+    return st;
+  });
+}
+
+void parmacs_mark_program_thread() { t_program_thread = true; }
+
+void parmacs_exit(int status) {
+  if (!initialized() || !t_program_thread) return;  // Loom's own threads, or not a PARMACS job
+  Runtime& r = current();
+  State& st = state();
+  if (r.rank() == 0) {
+    bool clean;
+    {
+      MutexLock l(st.mu);
+      clean = t_thread_id == 0 && st.finished >= st.created;
+    }
+    if (clean) return;  // the exit handler ends the job
+    abort_job(status);
+  }
+  // A thread of another node: node 0 stops everyone, this node included.
+  uint32_t code = static_cast<uint32_t>(status);
+  Status s = r.comm().send(0, pm_msg::kExit, comm::as_bytes_of(code));
+  if (!s) quit_now(status);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
 void parmacs_service_loop() {

@@ -7,6 +7,8 @@
 //             runs the function, releases, and answers with pm.done.
 //   pm.done   (node k -> node 0): u64 thread index, record set (notices node 0 may lack).
 //   pm.end    (node 0 -> node k): the job ends; node k stops once its threads have returned.
+//   pm.exit   (node k -> node 0): a thread of node k called exit(status): node 0 stops the job.
+//   pm.abort  (node 0 -> node k, request): stop now with this status (after the reply).
 //
 // Thread safety: the C API from any application thread; handlers on the server thread.
 #pragma once
@@ -22,6 +24,8 @@ namespace pm_msg {
 inline constexpr comm::MsgType kCreate = comm::msg_range::kRuntime + 0;
 inline constexpr comm::MsgType kDone = comm::msg_range::kRuntime + 1;
 inline constexpr comm::MsgType kEnd = comm::msg_range::kRuntime + 2;
+inline constexpr comm::MsgType kExit = comm::msg_range::kRuntime + 3;
+inline constexpr comm::MsgType kAbort = comm::msg_range::kRuntime + 4;
 }  // namespace pm_msg
 
 // Registers the pm.* message types (every node, before the start-up barrier).
@@ -31,5 +35,11 @@ Status register_parmacs_messages(Runtime& rt);
 void parmacs_service_loop();
 // Node 0: ends the job (every node stops; the program's data stays usable here). Idempotent.
 void parmacs_end_job();
+// Marks the calling thread as one of the program's (main, or a thread CREATE started).
+void parmacs_mark_program_thread();
+// exit(status) was called. Returns if the ordinary exit may go on (node 0's main with no created
+// thread still running: the exit handler ends the job cleanly); otherwise stops the whole job
+// with `status` and never returns.
+void parmacs_exit(int status);
 
 }  // namespace loom::runtime

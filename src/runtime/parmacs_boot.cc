@@ -7,6 +7,7 @@
 // node 0, starts Loom, and on nodes other than 0 never returns: they serve CREATE requests until
 // node 0 ends the job, then exit. On node 0 the end of the job is an exit handler, so `exit()` or
 // returning from main ends it.
+#include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
 #include <unistd.h>
@@ -68,5 +69,14 @@ extern "C" void loom_pm_start(void) {
     std::fflush(stderr);
     _exit(0);  // never main, never the program's exit handlers
   }
+  loom::runtime::parmacs_mark_program_thread();
   std::atexit(end_job);
+}
+
+// exit() from any thread ends the whole job: see parmacs_exit.
+extern "C" void exit(int status) {
+  static auto real_exit = reinterpret_cast<void (*)(int)>(dlsym(RTLD_NEXT, "exit"));
+  loom::runtime::parmacs_exit(status);
+  real_exit(status);
+  __builtin_unreachable();
 }
