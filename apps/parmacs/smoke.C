@@ -3,7 +3,7 @@
 #include <string.h>
 MAIN_ENV
 
-#define MAX_THREADS 64
+#define MAX_THREADS 1024
 
 long nthreads = 2;             /* .data: set by main from argv before CREATE */
 long nitems;                   /* .bss */
