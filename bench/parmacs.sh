@@ -17,13 +17,12 @@ cd "$work"
 
 # program and its arguments after the thread count (sizes a few seconds long on this machine)
 programs=(
-  "smoke 400000"
-  "lu"
-  "radix"
-  "fft"
-  "ocean"
-  "nbody"
-  "taskq"
+  "lu 1024 32"
+  "radix 4000000"
+  "fft 1024"
+  "ocean 514 20"
+  "nbody 2048 5"
+  "taskq 4194304"
 )
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
