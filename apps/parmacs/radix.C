@@ -217,6 +217,7 @@ int main(int argc, char **argv) {
     if (result[i] != ref[i]) mismatches++;
     check = check * 1099511628211ULL + result[i];
   }
+  free(ref);
   for (i = 0; i < CHECK_BUCKETS; i++) histdiff += Global->in_hist[i] != Global->out_hist[i];
   ok = mismatches == 0 && histdiff == 0 && Global->unsorted == 0 &&
        Global->in_sum == Global->out_sum && Global->in_xor == Global->out_xor;

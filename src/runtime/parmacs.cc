@@ -214,10 +214,22 @@ Status register_parmacs_messages(Runtime& r) {
   });
 }
 
+namespace {
+std::atomic<const memory::PageFrames*> g_io_frames{nullptr};
+}  // namespace
+
+void parmacs_io_attach(const memory::PageFrames* frames) {
+  g_io_frames.store(frames, std::memory_order_release);
+}
+
+const memory::PageFrames* parmacs_io_frames() {
+  return g_io_frames.load(std::memory_order_acquire);
+}
+
 void parmacs_mark_program_thread() { t_program_thread = true; }
 
 void parmacs_exit(int status) {
-  if (!initialized() || !t_program_thread) return;  // Loom's own threads, or not a PARMACS job
+  if (!t_program_thread || !initialized()) return;  // Loom's own threads, or not a PARMACS job
   Runtime& r = current();
   State& st = state();
   if (r.rank() == 0) {
@@ -274,6 +286,7 @@ void parmacs_end_job() {
   // The program goes on using its globals without the protocol (exit handlers, destructors).
   r.hlrc().settle_static_pages();
   r.space().open_static();
+  parmacs_io_attach(nullptr);
   finalize();
 }
 

@@ -15,6 +15,7 @@
 
 #include "comm/types.h"
 #include "loom/status.h"
+#include "memory/frames.h"
 
 namespace loom::runtime {
 
@@ -35,6 +36,11 @@ Status register_parmacs_messages(Runtime& rt);
 void parmacs_service_loop();
 // Node 0: ends the job (every node stops; the program's data stays usable here). Idempotent.
 void parmacs_end_job();
+// Lets the I/O interposers of libloom_parmacs.so (parmacs_io.cc) recognize shared memory, or
+// stop doing so (null) before Loom stops.
+// note: an atomic inside, because UCX's own threads call read() too, also while Loom starts.
+void parmacs_io_attach(const memory::PageFrames* frames);
+const memory::PageFrames* parmacs_io_frames();
 // Marks the calling thread as one of the program's (main, or a thread CREATE started).
 void parmacs_mark_program_thread();
 // exit(status) was called. Returns if the ordinary exit may go on (node 0's main with no created

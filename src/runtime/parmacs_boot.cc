@@ -62,8 +62,10 @@ extern "C" void loom_pm_start(void) {
   dl_iterate_phdr(find_data, &d);
   if (d.end > d.start) loom::runtime::set_program_data(d.start, d.end - d.start);
   loom::init(nullptr, nullptr);
+  loom::runtime::parmacs_io_attach(&loom::runtime::current().space());
   if (loom::node_id() != 0) {
     loom::runtime::parmacs_service_loop();
+    loom::runtime::parmacs_io_attach(nullptr);
     loom::finalize();
     std::fflush(stdout);
     std::fflush(stderr);

@@ -12,14 +12,14 @@
 #include <sys/types.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
-#include "loom/loom.hpp"
 #include "memory/frames.h"
-#include "runtime/runtime.h"
+#include "runtime/parmacs.h"
 
 namespace {
 
@@ -31,14 +31,15 @@ F real(const char* name) {
 }
 
 bool shared(const void* p) {
-  return loom::initialized() && loom::runtime::current().space().contains(p);
+  const loom::memory::PageFrames* f = loom::runtime::parmacs_io_frames();
+  return f != nullptr && f->contains(p);
 }
 
 constexpr size_t kBounce = size_t{4} << 20;  // bytes per system call through the bounce buffer
 
 // True if any page of [buf, buf+len) is shared memory.
 bool touches_shared(const void* buf, size_t len) {
-  if (len == 0 || !loom::initialized()) return false;
+  if (len == 0 || loom::runtime::parmacs_io_frames() == nullptr) return false;
   auto start = reinterpret_cast<uintptr_t>(buf);
   for (uintptr_t a = start; a < start + len; a = (a & ~(kPageBytes - 1)) + kPageBytes)
     if (shared(reinterpret_cast<const void*>(a))) return true;
