@@ -323,32 +323,34 @@ void Thread::access(uint64_t addr, size_t len, bool is_write) {
   }
 }
 
-void Thread::write_bytes(uint64_t addr, std::span<const std::byte> bytes) {
-  yield();
+// Copies `len` bytes between `buf` and shared memory at `addr` (to shared memory if `to_shared`),
+// page by page, each page accessed as the MMU would allow it.
+void Thread::copy_pages(uint64_t addr, std::byte* buf, size_t len, bool to_shared) {
   SimFrames& f = *sim_->nodes_[self_->node]->frames;
-  for (size_t done = 0; done < bytes.size();) {
+  for (size_t done = 0; done < len;) {
     uint64_t a = addr + done;
-    size_t n = std::min(bytes.size() - done, memory::kPageBytes - (a & (memory::kPageBytes - 1)));
-    access(a, n, true);
-    auto* p = reinterpret_cast<std::byte*>(a);
-    std::memcpy(f.sys_page(f.page_of(p)) + (a & (memory::kPageBytes - 1)), bytes.data() + done, n);
+    size_t off = a & (memory::kPageBytes - 1);
+    size_t n = std::min(len - done, memory::kPageBytes - off);
+    access(a, n, to_shared);
+    std::byte* page = f.sys_page(f.page_of(reinterpret_cast<std::byte*>(a))) + off;
+    if (to_shared)
+      std::memcpy(page, buf + done, n);
+    else
+      std::memcpy(buf + done, page, n);
     done += n;
   }
+}
+
+void Thread::write_bytes(uint64_t addr, std::span<const std::byte> bytes) {
+  yield();
+  copy_pages(addr, const_cast<std::byte*>(bytes.data()), bytes.size(), true);
   sim_->note(
       fmt::format("{} write {:#x}/{} (bulk)", sim_->thread_name(*self_), addr, bytes.size()));
 }
 
 void Thread::read_bytes(uint64_t addr, std::span<std::byte> out) {
   yield();
-  SimFrames& f = *sim_->nodes_[self_->node]->frames;
-  for (size_t done = 0; done < out.size();) {
-    uint64_t a = addr + done;
-    size_t n = std::min(out.size() - done, memory::kPageBytes - (a & (memory::kPageBytes - 1)));
-    access(a, n, false);
-    auto* p = reinterpret_cast<std::byte*>(a);
-    std::memcpy(out.data() + done, f.sys_page(f.page_of(p)) + (a & (memory::kPageBytes - 1)), n);
-    done += n;
-  }
+  copy_pages(addr, out.data(), out.size(), false);
   sim_->note(fmt::format("{} read {:#x}/{} (bulk)", sim_->thread_name(*self_), addr, out.size()));
 }
 

@@ -77,6 +77,7 @@ class Thread {
  private:
   friend class Simulation;
   void access(uint64_t addr, size_t len, bool is_write);
+  void copy_pages(uint64_t addr, std::byte* buf, size_t len, bool to_shared);
   Simulation* sim_ = nullptr;
   SimThread* self_ = nullptr;
 };
