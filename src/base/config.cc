@@ -75,6 +75,10 @@ const ConfigRow kRows[] = {
      "PARMACS programs: where CREATE puts threads. block: consecutive threads on one node "
      "(PM_THREADS_PER_NODE each, or n/nodes for CREATE(fn, n)); cyclic: thread i on node i mod n.",
      "block|cyclic"},
+    {"PM_ASLR", ConfigType::kBool, "0",
+     "PARMACS programs: keep address-space randomization. By default each node process "
+     "re-executes itself once without it, so shared libraries map at the same addresses on every "
+     "node."},
     {"PM_THREADS_PER_NODE", ConfigType::kInt, "0",
      "PARMACS programs, block placement with one CREATE per thread: threads per node (0: unknown, "
      "place cyclically).",
