@@ -42,24 +42,27 @@ typedef struct loom_pm_barrier {
 void loom_pm_barrier_init(loom_pm_barrier_t* b);
 void loom_pm_barrier(loom_pm_barrier_t* b, long n);
 
+/* Condition variables (CONDVARWAIT with a LOCKDEC lock held): a waiter sleeps until signalled;
+ * the wake-up takes the lock again, which is the acquire. Signal with the lock held. */
+typedef struct loom_pm_cond {
+  uint64_t id;
+  uint64_t generation; /* guarded by the lock used with the condition */
+} loom_pm_cond_t;
+void loom_pm_cond_init(loom_pm_cond_t* c);
+void loom_pm_cond_wait(loom_pm_cond_t* c, loom_mutex_t* m);
+void loom_pm_cond_signal(loom_pm_cond_t* c);
+void loom_pm_cond_broadcast(loom_pm_cond_t* c);
+
 /* PAUSE flags: SETPAUSE latches (it may come before WAITPAUSE); WAITPAUSE acquires. */
 typedef struct loom_pm_pause {
   loom_mutex_t lock;
+  loom_pm_cond_t cond;
   long flag;
 } loom_pm_pause_t;
 void loom_pm_pause_init(loom_pm_pause_t* p);
 void loom_pm_pause_set(loom_pm_pause_t* p);
 void loom_pm_pause_clear(loom_pm_pause_t* p);
 void loom_pm_pause_wait(loom_pm_pause_t* p);
-
-/* Condition variables (used with a LOCKDEC lock held); wake-up is an acquire of that lock. */
-typedef struct loom_pm_cond {
-  uint64_t generation;
-} loom_pm_cond_t;
-void loom_pm_cond_init(loom_pm_cond_t* c);
-void loom_pm_cond_wait(loom_pm_cond_t* c, loom_mutex_t* m);
-void loom_pm_cond_signal(loom_pm_cond_t* c);
-void loom_pm_cond_broadcast(loom_pm_cond_t* c);
 
 /* Global sub-scripts (GSDEC/GSINIT/GETSUB). */
 typedef struct loom_pm_getsub {
@@ -72,6 +75,7 @@ long loom_pm_getsub(loom_pm_getsub_t* g, long limit);
 /* Semaphores (SEMDEC/SEMINIT/SEMP/SEMV). */
 typedef struct loom_pm_sem {
   loom_mutex_t lock;
+  loom_pm_cond_t cond;
   long count;
 } loom_pm_sem_t;
 void loom_pm_sem_init(loom_pm_sem_t* s, long count);

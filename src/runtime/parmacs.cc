@@ -352,14 +352,43 @@ void loom_pm_barrier(loom_pm_barrier_t* b, long n) {
   r.barriers().wait(b->id, static_cast<uint32_t>(n));
 }
 
+void loom_pm_cond_init(loom_pm_cond_t* c) {
+  c->id = loom::sync::new_sync_id(loom::sync::kCondTag, loom::runtime::rt().rank());
+  c->generation = 0;
+}
+
+static void check_cond(const loom_pm_cond_t* c, const char* what) {
+  if (!loom::sync::has_tag(c->id, loom::sync::kCondTag))
+    loom::runtime::misuse(fmt::format("{}: the condition variable at {} was not initialized", what,
+                                      static_cast<const void*>(c)));
+}
+
+// REQUIRES: the caller holds m.
+void loom_pm_cond_wait(loom_pm_cond_t* c, loom_mutex_t* m) {
+  check_cond(c, "CONDVARWAIT");
+  loom::runtime::rt().conds().wait(c->id, &c->generation, m->id);
+}
+
+void loom_pm_cond_signal(loom_pm_cond_t* c) {
+  check_cond(c, "CONDVARSIGNAL");
+  loom::runtime::rt().conds().signal(c->id, &c->generation);
+}
+
+void loom_pm_cond_broadcast(loom_pm_cond_t* c) {
+  check_cond(c, "CONDVARBCAST");
+  loom::runtime::rt().conds().broadcast(c->id, &c->generation);
+}
+
 void loom_pm_pause_init(loom_pm_pause_t* p) {
   loom_mutex_init(&p->lock);
+  loom_pm_cond_init(&p->cond);
   p->flag = 0;
 }
 
 void loom_pm_pause_set(loom_pm_pause_t* p) {
   loom_mutex_lock(&p->lock);
   p->flag = 1;
+  loom_pm_cond_broadcast(&p->cond);
   loom_mutex_unlock(&p->lock);
 }
 
@@ -369,33 +398,11 @@ void loom_pm_pause_clear(loom_pm_pause_t* p) {
   loom_mutex_unlock(&p->lock);
 }
 
-// note: waits by polling under the lock (each poll is an acquire), backing off to 1 ms.
 void loom_pm_pause_wait(loom_pm_pause_t* p) {
-  for (unsigned delay_us = 1;; delay_us = std::min(delay_us * 2, 1000u)) {
-    loom_mutex_lock(&p->lock);
-    long f = p->flag;
-    loom_mutex_unlock(&p->lock);
-    if (f != 0) return;
-    usleep(delay_us);
-  }
+  loom_mutex_lock(&p->lock);
+  while (p->flag == 0) loom_pm_cond_wait(&p->cond, &p->lock);
+  loom_mutex_unlock(&p->lock);
 }
-
-void loom_pm_cond_init(loom_pm_cond_t* c) { c->generation = 0; }
-
-void loom_pm_cond_wait(loom_pm_cond_t* c, loom_mutex_t* m) {
-  uint64_t g = c->generation;
-  loom_mutex_unlock(m);
-  for (unsigned delay_us = 1;; delay_us = std::min(delay_us * 2, 1000u)) {
-    usleep(delay_us);
-    loom_mutex_lock(m);
-    if (c->generation != g) return;  // woken, holding the lock
-    loom_mutex_unlock(m);
-  }
-}
-
-// REQUIRES: the caller holds the lock the waiters use.
-void loom_pm_cond_signal(loom_pm_cond_t* c) { c->generation++; }
-void loom_pm_cond_broadcast(loom_pm_cond_t* c) { c->generation++; }
 
 void loom_pm_getsub_init(loom_pm_getsub_t* g) {
   loom_mutex_init(&g->lock);
@@ -412,25 +419,21 @@ long loom_pm_getsub(loom_pm_getsub_t* g, long limit) {
 
 void loom_pm_sem_init(loom_pm_sem_t* s, long count) {
   loom_mutex_init(&s->lock);
+  loom_pm_cond_init(&s->cond);
   s->count = count;
 }
 
 void loom_pm_sem_p(loom_pm_sem_t* s) {
-  for (unsigned delay_us = 1;; delay_us = std::min(delay_us * 2, 1000u)) {
-    loom_mutex_lock(&s->lock);
-    if (s->count > 0) {
-      s->count = s->count - 1;
-      loom_mutex_unlock(&s->lock);
-      return;
-    }
-    loom_mutex_unlock(&s->lock);
-    usleep(delay_us);
-  }
+  loom_mutex_lock(&s->lock);
+  while (s->count == 0) loom_pm_cond_wait(&s->cond, &s->lock);
+  s->count--;
+  loom_mutex_unlock(&s->lock);
 }
 
 void loom_pm_sem_v(loom_pm_sem_t* s) {
   loom_mutex_lock(&s->lock);
-  s->count = s->count + 1;
+  s->count++;
+  loom_pm_cond_signal(&s->cond);
   loom_mutex_unlock(&s->lock);
 }
 

@@ -155,11 +155,13 @@ void Runtime::start_memory() {
   locks_ = std::make_unique<sync::LockService>(
       *comm_, *hlrc_, static_cast<uint32_t>(config_.get_int("LOCK_FAIRNESS")));
   barriers_ = std::make_unique<sync::BarrierService>(*comm_, *hlrc_, space_->num_pages());
+  conds_ = std::make_unique<sync::CondService>(*comm_, *locks_);
   hlrc_->init_static_pages();
   // Registered before the start-up barrier: no peer can send these types earlier.
   for (Status s :
        {heap_->register_messages(), hlrc_->register_messages(), locks_->register_messages(),
-        barriers_->register_messages(), register_parmacs_messages(*this)})
+        barriers_->register_messages(), conds_->register_messages(),
+        register_parmacs_messages(*this)})
     LOOM_CHECK(s.is_ok(), "registering message types: {}", s.to_string());
   if (Status s = memory::install_fault_handler(space_.get(), hlrc_.get()); !s)
     log::die(kExitJobFailed, s.to_string());

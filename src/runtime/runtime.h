@@ -19,6 +19,7 @@
 #include "memory/page_table.h"
 #include "protocols/hlrc/hlrc.h"
 #include "sync/barriers.h"
+#include "sync/conds.h"
 #include "sync/locks.h"
 
 namespace loom::runtime {
@@ -47,6 +48,7 @@ class Runtime {
   protocols::hlrc::Hlrc& hlrc() { return *hlrc_; }
   sync::LockService& locks() { return *locks_; }
   sync::BarrierService& barriers() { return *barriers_; }
+  sync::CondService& conds() { return *conds_; }
   comm::NodeId rank() const { return comm_->rank(); }
   uint32_t size() const { return comm_->size(); }
 
@@ -74,6 +76,7 @@ class Runtime {
   std::unique_ptr<protocols::hlrc::Hlrc> hlrc_;
   std::unique_ptr<sync::LockService> locks_;
   std::unique_ptr<sync::BarrierService> barriers_;
+  std::unique_ptr<sync::CondService> conds_;
   int dumper_id_ = -1;
   bool stopped_ = false;
 };
