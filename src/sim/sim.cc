@@ -13,6 +13,7 @@
 #include "sim/frames.h"
 #include "sim/network.h"
 #include "sync/barriers.h"
+#include "sync/conds.h"
 #include "sync/locks.h"
 
 namespace loom::sim {
@@ -32,6 +33,7 @@ size_t region_bytes(uint32_t nodes) {
 }  // namespace
 
 uint64_t lock_id(uint32_t k) { return sync::kLockTag | (uint64_t{0xfffe} << 32) | k; }
+uint64_t cond_id(uint32_t k) { return sync::kCondTag | (uint64_t{0xfffe} << 32) | k; }
 uint64_t barrier_id(uint32_t k) { return sync::kBarrierTag | (uint64_t{0xfffe} << 32) | k; }
 
 // --- Threads and turns ------------------------------------------------------------------------
@@ -86,6 +88,7 @@ struct Simulation::Node {
   std::unique_ptr<hl::Hlrc> hlrc;
   std::unique_ptr<sync::LockService> locks;
   std::unique_ptr<sync::BarrierService> barriers;
+  std::unique_ptr<sync::CondService> conds;
 };
 
 Simulation::Simulation(Options options)
@@ -109,8 +112,10 @@ Simulation::Simulation(Options options)
         std::make_unique<sync::LockService>(*node->comm, *node->hlrc, opts_.lock_fairness);
     node->barriers =
         std::make_unique<sync::BarrierService>(*node->comm, *node->hlrc, node->frames->num_pages());
+    node->conds = std::make_unique<sync::CondService>(*node->comm, *node->locks);
     for (Status s : {node->heap->register_messages(), node->hlrc->register_messages(),
-                     node->locks->register_messages(), node->barriers->register_messages()})
+                     node->locks->register_messages(), node->barriers->register_messages(),
+                     node->conds->register_messages()})
       LOOM_CHECK(s.is_ok(), "simulated node {}: {}", n, s.to_string());
     nodes_.push_back(std::move(node));
   }
@@ -404,6 +409,25 @@ void Thread::barrier(uint64_t id, uint32_t count) {
   sim_->note(fmt::format("{} passed barrier {:#x}", sim_->thread_name(*self_), id));
 }
 
+void Thread::cond_wait(uint64_t cond, uint64_t* generation, uint64_t lock) {
+  yield();
+  sim_->note(
+      fmt::format("{} cond wait {:#x} gen {}", sim_->thread_name(*self_), cond, *generation));
+  sim_->nodes_[self_->node]->conds->wait(cond, generation, lock);
+  sim_->note(fmt::format("{} cond woken {:#x}", sim_->thread_name(*self_), cond));
+}
+
+void Thread::cond_signal(uint64_t cond, uint64_t* generation, bool all) {
+  yield();
+  Simulation::Node& n = *sim_->nodes_[self_->node];
+  if (all)
+    n.conds->broadcast(cond, generation);
+  else
+    n.conds->signal(cond, generation);
+  sim_->note(fmt::format("{} cond {} {:#x} gen {}", sim_->thread_name(*self_),
+                         all ? "broadcast" : "signal", cond, *generation));
+}
+
 uint64_t Thread::alloc(size_t bytes, memory::Placement placement, int node) {
   yield();
   Result<void*> p = sim_->nodes_[self_->node]->heap->alloc(bytes, placement, node);
@@ -436,6 +460,12 @@ std::vector<Simulation::TypeCount> Simulation::by_type() const {
     out.push_back(std::move(c));
   }
   return out;
+}
+
+uint64_t Simulation::cond_overtaken() const {
+  uint64_t n = 0;
+  for (const auto& node : nodes_) n += node->conds->overtaken();
+  return n;
 }
 
 const hl::Counters& Simulation::hlrc_counters(uint32_t node) const {

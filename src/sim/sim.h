@@ -65,6 +65,10 @@ class Thread {
   void lock(uint64_t id);
   void unlock(uint64_t id);
   void barrier(uint64_t id, uint32_t count);
+  // Condition variables (sync::CondService). `generation` is the condition's generation, which a
+  // program keeps beside the data the lock guards. REQUIRES: this thread holds `lock`.
+  void cond_wait(uint64_t cond, uint64_t* generation, uint64_t lock);
+  void cond_signal(uint64_t cond, uint64_t* generation, bool all);
   uint64_t alloc(size_t bytes, memory::Placement placement = memory::Placement::kFirstTouch,
                  int node = -1);
   void yield();
@@ -84,6 +88,7 @@ class Thread {
 
 // Ids for locks and barriers usable on every simulated node.
 uint64_t lock_id(uint32_t k);
+uint64_t cond_id(uint32_t k);
 uint64_t barrier_id(uint32_t k);
 
 class Simulation {
@@ -123,6 +128,8 @@ class Simulation {
   std::vector<TypeCount> by_type() const;
   // The protocol counters of one node.
   const protocols::hlrc::Counters& hlrc_counters(uint32_t node) const;
+  // Condition waiters woken on registration because a signal had overtaken them (all nodes).
+  uint64_t cond_overtaken() const;
 
  private:
   friend class Thread;

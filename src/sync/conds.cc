@@ -110,6 +110,7 @@ void CondService::on_wait(uint64_t cond, Registered r) {
       return;
     }
   }
+  overtaken_.fetch_add(1, std::memory_order_relaxed);
   wake(r);  // a signal after the waiter's check already came: no sleep
 }
 

@@ -18,6 +18,7 @@
 // Thread safety: wait/signal/broadcast from application threads; handlers on the server thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <unordered_map>
@@ -52,6 +53,9 @@ class CondService {
   void signal(uint64_t cond, uint64_t* generation);
   void broadcast(uint64_t cond, uint64_t* generation);
 
+  // Manager side: waiters woken as they registered, because a signal had overtaken them.
+  uint64_t overtaken() const { return overtaken_.load(std::memory_order_relaxed); }
+
  private:
   struct Waiter {
     comm::Completion done;
@@ -80,6 +84,7 @@ class CondService {
   std::unordered_map<uint64_t, Queue> queues_ GUARDED_BY(mu_);
   // Waiter side: this node's sleeping waiters (tokens are their addresses).
   std::unordered_set<uint64_t> sleeping_ GUARDED_BY(mu_);
+  std::atomic<uint64_t> overtaken_{0};
 };
 
 }  // namespace loom::sync
