@@ -328,15 +328,17 @@ void Thread::access(uint64_t addr, size_t len, bool is_write) {
   }
 }
 
-// Copies `len` bytes between `buf` and shared memory at `addr` (to shared memory if `to_shared`),
-// page by page, each page accessed as the MMU would allow it.
-void Thread::copy_pages(uint64_t addr, std::byte* buf, size_t len, bool to_shared) {
+// Copies `len` bytes between `buf` and the node's frames at `addr` (to the frames if
+// `to_shared`), with `access` checked first for each page piece if `check_each_page` (a bulk
+// copy, page by page as memcpy faults) or not at all (the caller checked the whole range).
+void Thread::copy_pages(uint64_t addr, std::byte* buf, size_t len, bool to_shared,
+                        bool check_each_page) {
   SimFrames& f = *sim_->nodes_[self_->node]->frames;
   for (size_t done = 0; done < len;) {
     uint64_t a = addr + done;
     size_t off = a & (memory::kPageBytes - 1);
     size_t n = std::min(len - done, memory::kPageBytes - off);
-    access(a, n, to_shared);
+    if (check_each_page) access(a, n, to_shared);
     std::byte* page = f.sys_page(f.page_of(reinterpret_cast<std::byte*>(a))) + off;
     if (to_shared)
       std::memcpy(page, buf + done, n);
@@ -348,27 +350,23 @@ void Thread::copy_pages(uint64_t addr, std::byte* buf, size_t len, bool to_share
 
 void Thread::write_bytes(uint64_t addr, std::span<const std::byte> bytes) {
   yield();
-  copy_pages(addr, const_cast<std::byte*>(bytes.data()), bytes.size(), true);
+  copy_pages(addr, const_cast<std::byte*>(bytes.data()), bytes.size(), true, true);
   sim_->note(
       fmt::format("{} write {:#x}/{} (bulk)", sim_->thread_name(*self_), addr, bytes.size()));
 }
 
 void Thread::read_bytes(uint64_t addr, std::span<std::byte> out) {
   yield();
-  copy_pages(addr, out.data(), out.size(), false);
+  copy_pages(addr, out.data(), out.size(), false, true);
   sim_->note(fmt::format("{} read {:#x}/{} (bulk)", sim_->thread_name(*self_), addr, out.size()));
 }
 
 uint64_t Thread::read(uint64_t addr, size_t len) {
   LOOM_CHECK(len >= 1 && len <= 8, "read of {} bytes: 1..8", len);
   yield();
-  access(addr, len, false);
-  SimFrames& f = *sim_->nodes_[self_->node]->frames;
+  access(addr, len, false);  // both pages at once, if it spans two
   std::byte bytes[8] = {};
-  for (size_t i = 0; i < len; ++i) {
-    auto* p = reinterpret_cast<std::byte*>(addr + i);
-    bytes[i] = f.sys_page(f.page_of(p))[(addr + i) & (memory::kPageBytes - 1)];
-  }
+  copy_pages(addr, bytes, len, false, false);
   uint64_t v;
   std::memcpy(&v, bytes, 8);
   sim_->note(fmt::format("{} read {:#x}/{} = {:#x}", sim_->thread_name(*self_), addr, len, v));
@@ -378,14 +376,10 @@ uint64_t Thread::read(uint64_t addr, size_t len) {
 void Thread::write(uint64_t addr, uint64_t value, size_t len) {
   LOOM_CHECK(len >= 1 && len <= 8, "write of {} bytes: 1..8", len);
   yield();
-  access(addr, len, true);
-  SimFrames& f = *sim_->nodes_[self_->node]->frames;
+  access(addr, len, true);  // both pages at once, if it spans two
   std::byte bytes[8];
   std::memcpy(bytes, &value, 8);
-  for (size_t i = 0; i < len; ++i) {
-    auto* p = reinterpret_cast<std::byte*>(addr + i);
-    f.sys_page(f.page_of(p))[(addr + i) & (memory::kPageBytes - 1)] = bytes[i];
-  }
+  copy_pages(addr, bytes, len, true, false);
   sim_->note(fmt::format("{} write {:#x}/{} = {:#x}", sim_->thread_name(*self_), addr, len, value));
 }
 

@@ -81,7 +81,7 @@ class Thread {
  private:
   friend class Simulation;
   void access(uint64_t addr, size_t len, bool is_write);
-  void copy_pages(uint64_t addr, std::byte* buf, size_t len, bool to_shared);
+  void copy_pages(uint64_t addr, std::byte* buf, size_t len, bool to_shared, bool check_each_page);
   Simulation* sim_ = nullptr;
   SimThread* self_ = nullptr;
 };
