@@ -1,7 +1,6 @@
 #include "runtime/parmacs.h"
 
 #include <fmt/format.h>
-#include <sched.h>
 #include <time.h>
 #include <unistd.h>
 
