@@ -206,6 +206,14 @@ Status Comm::send_raw(NodeId dst, const WireHeader& h, std::span<const std::byte
                               : transport_.send(dst, hb, payload);
   if (!s) return s;
   counters_.add_sent(h.type, len);
+  if (!on_dispatcher() && transport_.backlog(dst).msgs > 0) {
+    // The send waits in the transport for progress. An application thread may not poll again
+    // soon (it may sleep on a condition), so wake the dispatcher, which keeps polling while any
+    // send is unfinished (ServerThread).
+    uint64_t one = 1;
+    ssize_t n = ::write(inbox_fd_, &one, sizeof one);
+    (void)n;
+  }
   return Status::ok();
 }
 
@@ -383,6 +391,12 @@ void Comm::enqueue(const WireHeader& h, std::span<const std::byte> payload, Buff
 bool Comm::inbox_empty() const {
   MutexLock lock(inbox_mu_);
   return inbox_.empty();
+}
+
+void Comm::reset_wakeup() {
+  uint64_t v;
+  ssize_t n = ::read(inbox_fd_, &v, sizeof v);
+  (void)n;  // EAGAIN: already reset
 }
 
 bool Comm::drain_inbox() {

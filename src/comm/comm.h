@@ -142,6 +142,8 @@ class Comm final : private TransportSink, public Poller {
   // Readable when the inbox has messages for the dispatcher.
   int inbox_fd() const { return inbox_fd_; }
   bool inbox_empty() const;
+  // Clears the inbox descriptor's readiness (the dispatcher, after it woke on it).
+  void reset_wakeup();
   // True if the calling thread is this Comm's dispatcher right now.
   bool on_dispatcher() const;
 

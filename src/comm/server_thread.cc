@@ -102,6 +102,9 @@ void ServerThread::loop() {
 }
 
 void ServerThread::sleep_until_event(int64_t now, int64_t next_tick) {
+  // why: a send that could not finish at once needs progress on this node to go out; no event
+  // would wake us for it, so sleeping now could hold it back indefinitely.
+  if (transport_.any_backlog()) return;
   if (!transport_.arm()) return;  // events pending: poll again
   if (!comm_.inbox_empty()) return;
   int timeout_ms = static_cast<int>((next_tick - now) / 1000000) + 1;
@@ -116,8 +119,10 @@ void ServerThread::sleep_until_event(int64_t now, int64_t next_tick) {
   for (int i = 0; i < n; ++i) {
     uint64_t tag = evs[i].data.u64;
     if (tag >= kFirstExtraTag) fd_handlers_[tag - kFirstExtraTag]();
-    // The transport's and inbox's descriptors are reset by arm() and drain; the stop flag is
+    // A wake-up without messages (a send left unfinished) is reset here; one with messages is
+    // also reset by the drain. The transport's descriptor is reset by arm(); the stop flag is
     // checked by the loop.
+    if (tag == kInboxTag) comm_.reset_wakeup();
   }
 }
 

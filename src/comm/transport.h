@@ -85,6 +85,12 @@ class Transport {
 
   // Accepted sends to `dst` that have not finished yet. Cheap (two relaxed loads).
   virtual SendBacklog backlog(NodeId dst) const = 0;
+  // True if a send to any peer has not finished yet (it needs progress on this node).
+  virtual bool any_backlog() const {
+    for (NodeId n = 0; n < size(); ++n)
+      if (backlog(n).msgs > 0) return true;
+    return false;
+  }
 
   // One-sided access. map_region registers [base, base+len) locally as region `id` and returns
   // the bytes a peer needs to reach it (remote key); add_remote_region installs a peer's key.

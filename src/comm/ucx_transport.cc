@@ -59,6 +59,11 @@ SendBacklog UcxTransport::backlog(NodeId dst) const {
           peers[dst]->backlog_bytes.load(std::memory_order_relaxed)};
 }
 
+bool UcxTransport::any_backlog() const {
+  if (open_receives_.load(std::memory_order_relaxed) > 0) return true;
+  return Transport::any_backlog();
+}
+
 struct UcxTransport::SendRecord {
   UcxTransport* self;
   NodeId dst;
@@ -294,6 +299,7 @@ ucs_status_t UcxTransport::am_callback(void* arg, const void* header, size_t hea
   } else if (UCS_PTR_IS_ERR(r)) {
     self->receive_failed(rec->header, length, UCS_PTR_STATUS(r));
   } else {
+    self->open_receives_.fetch_add(1, std::memory_order_relaxed);
     rec.release();  // recv_done frees it
   }
   return UCS_OK;
@@ -301,6 +307,7 @@ ucs_status_t UcxTransport::am_callback(void* arg, const void* header, size_t hea
 
 void UcxTransport::recv_done(void* request, ucs_status_t status, size_t length, void* user_data) {
   std::unique_ptr<RecvRecord> rec(static_cast<RecvRecord*>(user_data));
+  rec->self->open_receives_.fetch_sub(1, std::memory_order_relaxed);
   if (status == UCS_OK && length == rec->payload.size()) {
     rec->self->deliver(rec->header, rec->payload.span(), &rec->payload);
   } else {

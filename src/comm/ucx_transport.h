@@ -69,6 +69,8 @@ class UcxTransport final : public Transport {
              OpCallback* done) override;
 
   SendBacklog backlog(NodeId dst) const override;
+  // Also counts rendezvous receives whose data has not arrived: they need progress here too.
+  bool any_backlog() const override;
   bool progress() override;
   bool try_progress() override;
   int event_fd() const override { return efd_; }
@@ -120,6 +122,7 @@ class UcxTransport final : public Transport {
   std::map<RegionId, ucp_mem_h> local_regions_ GUARDED_BY(worker_mu_);
   std::map<std::pair<NodeId, RegionId>, RemoteRegion> remote_regions_ GUARDED_BY(worker_mu_);
   std::atomic<bool> closing_{false};
+  std::atomic<int64_t> open_receives_{0};  // rendezvous receives in progress
 };
 
 }  // namespace loom::comm
