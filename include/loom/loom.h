@@ -28,8 +28,11 @@ enum loom_placement {
 typedef struct loom_alloc_attr {
   enum loom_placement placement;
   int node;
+  /* The consistency protocol by name ("hlrc", "sc_mrsw", "erc_sw", ...); NULL: the job's
+   * default (LOOM_PROTOCOL). */
+  const char* protocol;
 } loom_alloc_attr_t;
-/* attr may be NULL (first touch). */
+/* attr may be NULL (first touch, default protocol). */
 void* loom_malloc(size_t size, const loom_alloc_attr_t* attr);
 void loom_free(void* p);
 int loom_home_of(const void* p);

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace loom {
 
@@ -57,6 +58,11 @@ enum class Placement : uint8_t {
 struct AllocOptions {
   Placement placement = Placement::kFirstTouch;
   int node = -1;  // for kNode
+  // The consistency protocol that keeps these pages coherent, by name (see protocol_names() and
+  // docs/protocols/): "hlrc", "sc_mrsw", "erc_sw", or one the program registered. Null: the
+  // job's default (LOOM_PROTOCOL). An allocation with another protocol than the default gets
+  // pages of its own.
+  const char* protocol = nullptr;
 };
 
 // Allocates `size` bytes of shared memory, valid at the same address on every node; callable
@@ -75,6 +81,9 @@ T* alloc_array(size_t n, AllocOptions options = {}) {
 // first-touch page nobody has touched yet counts as touching it: the caller's node becomes its
 // home. Freed memory keeps its home.
 int home_of(const void* p);
+
+// The protocols this job can use, in id order (loomrun --list-protocols prints the built-in ones).
+std::vector<std::string> protocol_names();
 
 // Collective (one thread of every node calls it): returns `root`'s `p` on every node. The usual
 // way to tell the other nodes where node 0 put the shared data. It orders memory like a barrier:

@@ -65,6 +65,13 @@ const ConfigRow kRows[] = {
      "Size of the shared region (a multiple of 4 MiB). Reserving costs nothing until pages are "
      "touched.",
      "", 4 << 20, INT64_MAX},
+    {"PROTOCOL", ConfigType::kString, "hlrc",
+     "Consistency protocol of allocations that name none (loomrun --list-protocols): hlrc, "
+     "sc_mrsw, erc_sw, or one the program registers. The same on every node."},
+    {"OWNER_HOLD_US", ConfigType::kInt, "20",
+     "sc_mrsw and erc_sw: how long a node that just received a page it asked to write keeps "
+     "it before serving requests that queued meanwhile (its faulting thread uses it first).",
+     "", 0, 1000000},
     {"PREFETCH", ConfigType::kBool, "1",
      "At an acquire, fetch again at once the pages it invalidates that this node was reading, "
      "instead of at their next fault."},

@@ -17,7 +17,8 @@ namespace loom::memory {
 struct Heap::HomeReply {
   int32_t home;
   uint8_t placement;
-  uint8_t pad[3];
+  ProtocolId protocol;
+  uint8_t pad[2];
   int32_t node;
   uint32_t pad2;
   uint64_t record_first;
@@ -41,13 +42,14 @@ struct AddrMsg {
 
 }  // namespace
 
-Heap::Heap(comm::Comm& comm, PageFrames& space, PageTable& table)
+Heap::Heap(comm::Comm& comm, PageFrames& space, PageTable& table, ProtocolId default_protocol)
     : comm_(comm),
       space_(space),
       table_(table),
       me_(comm.rank()),
       nodes_(comm.size()),
       num_chunks_(space.heap_pages() / kChunkPages),
+      default_protocol_(default_protocol),
       owner_cache_(new std::atomic<int32_t>[num_chunks_]) {
   for (uint64_t c = 0; c < num_chunks_; ++c) owner_cache_[c].store(-1, std::memory_order_relaxed);
   if (me_ == 0) {
@@ -93,6 +95,7 @@ Status Heap::register_messages() {
         {
           MutexLock l(mu_);
           r.home = owner_home(m.page, in.src());
+          r.protocol = owner_protocol(m.page);
           if (const Record* rec = find_record(m.page);
               rec != nullptr && !rec->slab && rec->placement != Placement::kFirstTouch) {
             r.placement = static_cast<uint8_t>(rec->placement);
@@ -223,7 +226,8 @@ Result<PageId> Heap::alloc_pages(uint64_t pages, bool first_touch) {
   }
 }
 
-Result<void*> Heap::alloc(size_t size, Placement placement, int node) {
+Result<void*> Heap::alloc(size_t size, Placement placement, int node, ProtocolId protocol) {
+  if (protocol == kProtocolUnknown) protocol = default_protocol_;
   if (placement == Placement::kNode && (node < 0 || node >= static_cast<int>(nodes_)))
     return Status::invalid_argument(
         fmt::format("placement on node {}: the job has nodes 0 to {}", node, nodes_ - 1));
@@ -234,7 +238,7 @@ Result<void*> Heap::alloc(size_t size, Placement placement, int node) {
                     "see LOOM_REGION_SIZE)",
                     size, space_.size()));
   allocs_.fetch_add(1, std::memory_order_relaxed);
-  if (size <= kSmallMax && placement == Placement::kFirstTouch) {
+  if (size <= kSmallMax && placement == Placement::kFirstTouch && protocol == default_protocol_) {
     unsigned k = std::bit_width(std::max<size_t>(size, 16) - 1) - 4;  // 16 << k >= size
     size_t object = size_t{16} << k;
     for (;;) {
@@ -252,17 +256,19 @@ Result<void*> Heap::alloc(size_t size, Placement placement, int node) {
       Result<PageId> first = alloc_pages(kSlabPages, true);
       if (!first) return first.status();
       MutexLock l(mu_);
-      records_[*first] = Record{*first, kSlabPages, Placement::kFirstTouch, -1, true};
+      records_[*first] =
+          Record{*first, kSlabPages, Placement::kFirstTouch, -1, true, default_protocol_};
       auto base = reinterpret_cast<uintptr_t>(space_.app_page(*first));
       for (size_t off = kSlabPages * kPageBytes; off >= object; off -= object)
         slabs_[k].free.push_back(base + off - object);
     }
   }
   uint64_t pages = (size + kPageBytes - 1) / kPageBytes;
-  Result<PageId> first = alloc_pages(pages, placement == Placement::kFirstTouch);
+  bool reusable = placement == Placement::kFirstTouch && protocol == default_protocol_;
+  Result<PageId> first = alloc_pages(pages, reusable);
   if (!first) return first.status();
   MutexLock l(mu_);
-  records_[*first] = Record{*first, pages, placement, node, false};
+  records_[*first] = Record{*first, pages, placement, node, false, protocol};
   return static_cast<void*>(space_.app_page(*first));
 }
 
@@ -293,7 +299,8 @@ Status Heap::free_local(uintptr_t addr) {
     if (it != records_.end() && !it->second.slab) {
       Record r = it->second;
       records_.erase(it);
-      if (r.placement == Placement::kFirstTouch) add_run(reuse_runs_, r.first, r.pages);
+      if (r.placement == Placement::kFirstTouch && r.protocol == default_protocol_)
+        add_run(reuse_runs_, r.first, r.pages);
       return Status::ok();
     }
   }
@@ -339,31 +346,42 @@ int32_t Heap::owner_home(PageId page, comm::NodeId requester) {
   return home;
 }
 
-int32_t Heap::resolve_home(PageId page) {
-  if (page >= space_.num_pages()) return kNotAllocated;
-  if (space_.is_static(page)) return 0;  // a program's own data is homed at node 0
+ProtocolId Heap::owner_protocol(PageId page) const {
+  const Record* r = find_record(page);
+  return r != nullptr ? r->protocol : default_protocol_;
+}
+
+Heap::Resolved Heap::resolve(PageId page) {
+  if (page >= space_.num_pages()) return {kNotAllocated, kProtocolUnknown};
   {
     PageEntry* e = table_.find(page);
     if (e != nullptr) {
       MutexLock l(table_.lock_of(page));
-      if (e->home != kHomeUnknown) return e->home;
+      if (e->home != kHomeUnknown && e->protocol != kProtocolUnknown) return {e->home, e->protocol};
     }
   }
   int32_t home = kNotAllocated;
-  {
+  ProtocolId protocol = default_protocol_;
+  if (space_.is_static(page)) {
+    home = 0;  // a program's own data is homed at node 0, under the default protocol
+  } else {
     MutexLock l(remote_mu_);
     auto it = remote_records_.upper_bound(page);
     if (it != remote_records_.begin()) {
       const Record& r = std::prev(it)->second;
-      if (page < r.first + r.pages) home = home_in_record(r, page);
+      if (page < r.first + r.pages) {
+        home = home_in_record(r, page);
+        protocol = r.protocol;
+      }
     }
   }
   if (home == kNotAllocated) {
     int32_t owner = chunk_owner(page / kChunkPages);
-    if (owner < 0) return kNotAllocated;
+    if (owner < 0) return {kNotAllocated, kProtocolUnknown};
     if (owner == static_cast<int32_t>(me_)) {
       MutexLock l(mu_);
       home = owner_home(page, me_);
+      protocol = owner_protocol(page);
     } else {
       home_queries_.fetch_add(1, std::memory_order_relaxed);
       PageMsg m{page};
@@ -375,20 +393,23 @@ int32_t Heap::resolve_home(PageId page) {
       HomeReply r;
       std::memcpy(&r, reply->data(), sizeof r);
       home = r.home;
+      protocol = r.protocol;
       if (r.record_pages != 0) {
         MutexLock l(remote_mu_);
-        remote_records_[r.record_first] = Record{
-            r.record_first, r.record_pages, static_cast<Placement>(r.placement), r.node, false};
+        remote_records_[r.record_first] =
+            Record{r.record_first, r.record_pages, static_cast<Placement>(r.placement),
+                   r.node,         false,          r.protocol};
       }
     }
   }
-  if (home == kNotAllocated) return home;
+  if (home == kNotAllocated) return {kNotAllocated, kProtocolUnknown};
   LOOM_CHECK(home >= 0 && home < static_cast<int32_t>(nodes_), "page {} has home {} of {} nodes",
              page, home, nodes_);
   PageEntry& e = table_.at(page);
   MutexLock l(table_.lock_of(page));
   if (e.home == kHomeUnknown) e.home = home;
-  return e.home;
+  if (e.protocol == kProtocolUnknown) e.protocol = protocol;
+  return {e.home, e.protocol};
 }
 
 Heap::Stats Heap::stats() const {

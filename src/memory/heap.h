@@ -53,7 +53,9 @@ class Heap {
   static constexpr size_t kChunkPages = 1024;  // 4 MiB
   static constexpr size_t kSmallMax = 2048;
 
-  Heap(comm::Comm& comm, PageFrames& space, PageTable& table);
+  // Allocations that name no protocol, small objects and the static segment use
+  // `default_protocol`.
+  Heap(comm::Comm& comm, PageFrames& space, PageTable& table, ProtocolId default_protocol = 0);
   ~Heap();
   Heap(const Heap&) = delete;
   Heap& operator=(const Heap&) = delete;
@@ -61,16 +63,25 @@ class Heap {
   // Registers the message types; call on every node before the start-up barrier.
   Status register_messages();
 
-  // Allocates `size` bytes; kResource if the region is exhausted, kInvalidArgument for a bad
-  // placement. Application threads.
-  Result<void*> alloc(size_t size, Placement placement, int node);
+  // Allocates `size` bytes whose pages `protocol` manages (kProtocolUnknown: the default);
+  // kResource if the region is exhausted, kInvalidArgument for a bad placement. Allocations
+  // with another protocol than the default always get pages of their own. Application threads.
+  Result<void*> alloc(size_t size, Placement placement, int node,
+                      ProtocolId protocol = kProtocolUnknown);
   // Frees an allocation made on any node. kInvalidArgument if `p` is not a live allocation's
   // start (checked by the owner; a remote free is checked there and reported in its log).
   Status free(void* p);
 
   // The page's home: from the page table if known, else asked of the owner (may wait).
   // kNotAllocated if the page is not in live shared memory. Application threads.
-  int32_t resolve_home(PageId page);
+  int32_t resolve_home(PageId page) { return resolve(page).home; }
+  // The page's home and protocol, learned together (and kept in its page-table entry).
+  struct Resolved {
+    int32_t home;  // kNotAllocated: not live shared memory
+    ProtocolId protocol;
+  };
+  Resolved resolve(PageId page);
+  ProtocolId default_protocol() const { return default_protocol_; }
 
   struct Stats {
     uint64_t allocs = 0, frees = 0, chunks = 0, home_queries = 0;
@@ -84,12 +95,15 @@ class Heap {
     Placement placement;
     int32_t node;
     bool slab;  // pages of a small-object slab (first touch)
+    ProtocolId protocol;
   };
   struct HomeReply;
 
   int32_t home_in_record(const Record& r, PageId page) const;
   // Owner side: home of `page` for `requester` (first-touch arbitration). REQUIRES(mu_).
   int32_t owner_home(PageId page, comm::NodeId requester) REQUIRES(mu_);
+  // Owner side: the protocol of a page owner_home() found allocated. REQUIRES(mu_).
+  ProtocolId owner_protocol(PageId page) const REQUIRES(mu_);
   const Record* find_record(PageId page) const REQUIRES(mu_);
   Result<PageId> alloc_pages(uint64_t pages, bool first_touch) EXCLUDES(mu_);
   static bool fit(std::map<PageId, uint64_t>& runs, uint64_t pages, PageId* out);
@@ -105,6 +119,7 @@ class Heap {
   const comm::NodeId me_;
   const uint32_t nodes_;
   const uint64_t num_chunks_;
+  const ProtocolId default_protocol_;
 
   // Node 0 only: the chunk directory.
   Mutex dir_mu_;
@@ -117,8 +132,9 @@ class Heap {
   // This node as owner of its chunks.
   Mutex mu_;
   // Free page runs (first page -> pages): never used, and freed by first-touch allocations.
-  // why: a page's home must never change, so pages of a freed block/cyclic/on-node allocation
-  // are retired, and freed first-touch pages are reused only by first-touch allocations.
+  // why: a page's home and protocol must never change (other nodes cache them), so pages of a
+  // freed block/cyclic/on-node allocation, or of one with another protocol than the default, are
+  // retired, and freed first-touch pages are reused only by first-touch allocations.
   std::map<PageId, uint64_t> fresh_runs_ GUARDED_BY(mu_);
   std::map<PageId, uint64_t> reuse_runs_ GUARDED_BY(mu_);
   std::map<PageId, Record> records_ GUARDED_BY(mu_);  // by first page

@@ -28,6 +28,12 @@ namespace loom::memory {
 
 inline constexpr int32_t kHomeUnknown = -1;
 
+// Which consistency protocol manages a page (protocols/protocol.h): an index into the node's
+// protocol table, the same on every node. Decided per allocation; kProtocolUnknown until this
+// node has learned it (Heap::resolve).
+using ProtocolId = uint8_t;
+inline constexpr ProtocolId kProtocolUnknown = 0xff;
+
 // A sparse vector time restricted to the writers of one page: (node, interval) pairs sorted by
 // node. Meaning depends on the field: for `required`, the intervals whose writes this node must
 // see in the page; for `version`, the intervals whose writes the copy holds.
@@ -50,14 +56,22 @@ class VersionVec {
 
 struct PageEntry {
   int32_t home = kHomeUnknown;
-  uint8_t state = 0;           // the protocol's page state
-  Prot prot = Prot::kNone;     // intended protection of the application view
-  bool fetching = false;       // a thread of this node is fetching the page
+  ProtocolId protocol = kProtocolUnknown;  // the protocol that manages the page
+  uint8_t state = 0;                       // the protocol's page state
+  Prot prot = Prot::kNone;                 // intended protection of the application view
+  bool fetching = false;                   // a thread of this node is fetching the page
   bool in_dirty_list = false;  // listed in the node's dirty pages of the current interval
   uint32_t last_flush = 0;     // interval of this node's last diff sent for the page
   std::unique_ptr<std::byte[]> twin;
   VersionVec required;  // writes this node must see before using the page
   VersionVec version;   // writes the copy (or, at the home, the master) includes
+  // For owner-based protocols (sc_mrsw, erc_sw): the node this one believes owns the page, and
+  // at the owner the nodes holding read copies (sorted). DSM-PM2's prob_owner and copyset.
+  int32_t prob_owner = kHomeUnknown;
+  std::vector<uint32_t> copyset;
+  // Owner-based protocols: at the owner the page's current epoch (one per invalidation round);
+  // elsewhere the oldest epoch a copy may still come from.
+  uint32_t epoch = 0;
 };
 
 class PageTable {

@@ -4,6 +4,7 @@
 // or barrier that was never initialized, a bad placement. Each prints one line naming the
 // problem and stops the job (exit status 2), as bad configuration does.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdlib>
 
@@ -50,7 +51,14 @@ void check_barrier(uint64_t id, uint32_t count, uint32_t magic, const char* call
 
 void* alloc(size_t size, AllocOptions options) {
   runtime::Runtime& r = rt("loom::alloc");
-  Result<void*> p = r.heap().alloc(size, to_placement(options.placement), options.node);
+  memory::ProtocolId protocol = memory::kProtocolUnknown;
+  if (options.protocol != nullptr) {
+    protocol = protocols::protocol_id(options.protocol);
+    if (protocol == memory::kProtocolUnknown)
+      misuse(fmt::format("loom::alloc({} bytes): no protocol named '{}' (registered: {})", size,
+                         options.protocol, fmt::join(protocols::protocol_names(), ", ")));
+  }
+  Result<void*> p = r.heap().alloc(size, to_placement(options.placement), options.node, protocol);
   if (!p) misuse(fmt::format("loom::alloc({} bytes): {}", size, p.status().message()));
   return *p;
 }
@@ -59,6 +67,8 @@ void free(void* p) {
   runtime::Runtime& r = rt("loom::free");
   if (Status s = r.heap().free(p); !s) misuse(s.message());
 }
+
+std::vector<std::string> protocol_names() { return protocols::protocol_names(); }
 
 int home_of(const void* p) {
   runtime::Runtime& r = rt("loom::home_of");
@@ -128,6 +138,7 @@ void* loom_malloc(size_t size, const loom_alloc_attr_t* attr) {
           fmt::format("loom_malloc: unknown placement {}", static_cast<int>(attr->placement)));
     o.placement = static_cast<loom::Placement>(attr->placement);
     o.node = attr->node;
+    o.protocol = attr->protocol;
   }
   return loom::alloc(size, o);
 }

@@ -1,6 +1,7 @@
 #include "runtime/runtime.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <malloc.h>
 
 #include <chrono>
@@ -127,17 +128,36 @@ void Runtime::start_memory() {
              fmt::format("LOOM_REGION_SIZE={} must be a multiple of {} MiB (the heap's "
                          "chunk) and LOOM_REGION_BASE={:#x} a multiple of the page size",
                          size, kChunk >> 20, base));
-  // Every node must map the region at the same place with the same size.
+  // The default protocol, and the registered ones (they name message types and page
+  // protocols by index, so every node must have the same list).
+  std::vector<std::string> names = protocols::protocol_names();
+  std::string default_name = config_.get_string("PROTOCOL");
+  protocols::ProtocolId default_id = protocols::protocol_id(default_name);
+  if (default_id == memory::kProtocolUnknown)
+    log::die(kExitConfig, fmt::format("LOOM_PROTOCOL={}: no such protocol (registered: {})",
+                                      default_name, fmt::join(names, ", ")));
+  // Every node must map the region at the same place with the same size, and run the same
+  // protocols.
   std::string mine = fmt::format("{:#x}+{}", base, size);
-  Result<std::vector<std::string>> all = bootstrap_->allgather(mine);
+  std::string protos = fmt::format("{} (default {})", fmt::join(names, ","), default_name);
+  Result<std::vector<std::string>> all = bootstrap_->allgather(mine + " " + protos);
   if (!all) log::die(kExitJobFailed, "region check failed: " + all.status().to_string());
-  for (size_t n = 0; n < all->size(); ++n)
-    if ((*all)[n] != mine)
+  for (size_t n = 0; n < all->size(); ++n) {
+    const std::string& theirs = (*all)[n];
+    std::string their_region = theirs.substr(0, theirs.find(' '));
+    std::string their_protos = theirs.substr(std::min(theirs.size(), their_region.size() + 1));
+    if (their_region != mine)
       log::die(kExitConfig,
                fmt::format("node {} maps the shared region at {} but this node at {} "
                            "(LOOM_REGION_BASE and LOOM_REGION_SIZE must be the same on "
                            "every node)",
-                           n, (*all)[n], mine));
+                           n, their_region, mine));
+    if (their_protos != protos)
+      log::die(kExitConfig,
+               fmt::format("node {} has the protocols {} but this node {} (LOOM_PROTOCOL and "
+                           "the protocols a program registers must be the same on every node)",
+                           n, their_protos, protos));
+  }
   memory::AddressSpace::StaticSegment data = g_program_data;
   data.keep_contents = comm_->rank() == 0;
   Result<std::unique_ptr<memory::AddressSpace>> space =
@@ -148,22 +168,32 @@ void Runtime::start_memory() {
   }
   space_ = std::move(*space);
   table_ = std::make_unique<memory::PageTable>(space_->num_pages());
-  heap_ = std::make_unique<memory::Heap>(*comm_, *space_, *table_);
+  heap_ = std::make_unique<memory::Heap>(*comm_, *space_, *table_, default_id);
   protocols::hlrc::Hlrc::Options hopts;
   hopts.prefetch = config_.get_bool("PREFETCH");
   hlrc_ = std::make_unique<protocols::hlrc::Hlrc>(*comm_, *space_, *table_, *heap_, hopts);
+  platform_ = std::make_unique<protocols::Platform>(*space_, *table_, *heap_, *hlrc_);
+  platform_->add(hlrc_.get(), nullptr);
+  for (size_t id = 1; id < names.size(); ++id) {
+    protocols::Core core{*comm_,  *space_, *table_, *heap_, static_cast<protocols::ProtocolId>(id),
+                         &config_};
+    std::unique_ptr<protocols::Protocol> p =
+        protocols::make_protocol(static_cast<protocols::ProtocolId>(id), core);
+    protocols::Protocol* raw = p.get();
+    platform_->add(raw, std::move(p));
+  }
+  protocols::freeze_protocols();
   locks_ = std::make_unique<sync::LockService>(
-      *comm_, *hlrc_, static_cast<uint32_t>(config_.get_int("LOCK_FAIRNESS")));
-  barriers_ = std::make_unique<sync::BarrierService>(*comm_, *hlrc_, space_->num_pages());
+      *comm_, *platform_, static_cast<uint32_t>(config_.get_int("LOCK_FAIRNESS")));
+  barriers_ = std::make_unique<sync::BarrierService>(*comm_, *platform_, space_->num_pages());
   conds_ = std::make_unique<sync::CondService>(*comm_, *locks_);
   hlrc_->init_static_pages();
   // Registered before the start-up barrier: no peer can send these types earlier.
-  for (Status s :
-       {heap_->register_messages(), hlrc_->register_messages(), locks_->register_messages(),
-        barriers_->register_messages(), conds_->register_messages(),
-        register_parmacs_messages(*this)})
+  for (Status s : {heap_->register_messages(), platform_->register_messages(),
+                   locks_->register_messages(), barriers_->register_messages(),
+                   conds_->register_messages(), register_parmacs_messages(*this)})
     LOOM_CHECK(s.is_ok(), "registering message types: {}", s.to_string());
-  if (Status s = memory::install_fault_handler(space_.get(), hlrc_.get()); !s)
+  if (Status s = memory::install_fault_handler(space_.get(), platform_.get()); !s)
     log::die(kExitJobFailed, s.to_string());
   dumper_id_ = log::add_state_dumper([this] {
     std::fprintf(stderr, "loom[%u] notices stored: %zu\n", comm_->rank(), hlrc_->stored_records());
@@ -218,6 +248,15 @@ nlohmann::json Runtime::dsm_json() const {
                   {"lock_wait", ms(v(l.wait_ns))},
                   {"barrier_wait", ms(v(b.wait_ns))},
                   {"handlers", ms(server_->stats().handler_ns)}};
+  // The other protocols' own counters, by name.
+  std::vector<std::string> names = protocols::protocol_names();
+  for (size_t id = 1; id < platform_->size() && id < names.size(); ++id) {
+    nlohmann::json pj = nlohmann::json::object();
+    for (const auto& [name, value] :
+         platform_->at(static_cast<protocols::ProtocolId>(id)).counter_list())
+      pj[name] = value;
+    j["protocols"][names[id]] = pj;
+  }
   return j;
 }
 
@@ -225,7 +264,11 @@ std::string Runtime::dsm_table() const {
   std::string out;
   nlohmann::json j = dsm_json();
   for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.value().is_object()) {
+    if (it.key() == "protocols") {
+      for (auto p = it.value().begin(); p != it.value().end(); ++p)
+        for (auto c = p.value().begin(); c != p.value().end(); ++c)
+          out += fmt::format("  {:<28} {}\n", p.key() + "." + c.key(), c.value().dump());
+    } else if (it.value().is_object()) {
       for (auto t = it.value().begin(); t != it.value().end(); ++t)
         out += fmt::format("  {:<28} {:.3f}\n", "time_ms." + t.key(), t.value().get<double>());
     } else {

@@ -18,6 +18,7 @@
 #include "memory/heap.h"
 #include "memory/page_table.h"
 #include "protocols/hlrc/hlrc.h"
+#include "protocols/platform.h"
 #include "sync/barriers.h"
 #include "sync/conds.h"
 #include "sync/locks.h"
@@ -46,6 +47,8 @@ class Runtime {
   memory::AddressSpace& space() { return *space_; }
   memory::Heap& heap() { return *heap_; }
   protocols::hlrc::Hlrc& hlrc() { return *hlrc_; }
+  // Every protocol of this node (HLRC is protocol 0).
+  protocols::Platform& platform() { return *platform_; }
   sync::LockService& locks() { return *locks_; }
   sync::BarrierService& barriers() { return *barriers_; }
   sync::CondService& conds() { return *conds_; }
@@ -74,6 +77,7 @@ class Runtime {
   std::unique_ptr<memory::PageTable> table_;
   std::unique_ptr<memory::Heap> heap_;
   std::unique_ptr<protocols::hlrc::Hlrc> hlrc_;
+  std::unique_ptr<protocols::Platform> platform_;
   std::unique_ptr<sync::LockService> locks_;
   std::unique_ptr<sync::BarrierService> barriers_;
   std::unique_ptr<sync::CondService> conds_;

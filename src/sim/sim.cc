@@ -86,6 +86,7 @@ struct Simulation::Node {
   std::unique_ptr<SimFrames> frames;
   std::unique_ptr<memory::Heap> heap;
   std::unique_ptr<hl::Hlrc> hlrc;
+  std::unique_ptr<protocols::Platform> platform;  // HLRC and every other registered protocol
   std::unique_ptr<sync::LockService> locks;
   std::unique_ptr<sync::BarrierService> barriers;
   std::unique_ptr<sync::CondService> conds;
@@ -94,6 +95,8 @@ struct Simulation::Node {
 Simulation::Simulation(Options options)
     : opts_(options), rng_(options.seed), net_(std::make_unique<SimNetwork>(options.nodes)) {
   LOOM_CHECK(opts_.nodes >= 1, "a simulation needs at least one node");
+  const protocols::ProtocolId default_protocol = protocols::protocol_id(opts_.protocol);
+  LOOM_CHECK(default_protocol != memory::kProtocolUnknown, "no protocol named {}", opts_.protocol);
   size_t bytes = region_bytes(opts_.nodes);
   for (uint32_t n = 0; n < opts_.nodes; ++n) {
     auto node = std::make_unique<Node>();
@@ -105,15 +108,26 @@ Simulation::Simulation(Options options)
     // note: small stripes and blocks keep a simulated node's page table to a few kilobytes.
     node->table = std::make_unique<memory::PageTable>(node->frames->num_pages(),
                                                       memory::PageTable::Geometry{16, 9});
-    node->heap = std::make_unique<memory::Heap>(*node->comm, *node->frames, *node->table);
+    node->heap =
+        std::make_unique<memory::Heap>(*node->comm, *node->frames, *node->table, default_protocol);
     node->hlrc = std::make_unique<hl::Hlrc>(*node->comm, *node->frames, *node->table, *node->heap,
                                             opts_.hlrc);
+    node->platform = std::make_unique<protocols::Platform>(*node->frames, *node->table, *node->heap,
+                                                           *node->hlrc);
+    node->platform->add(node->hlrc.get(), nullptr);
+    for (size_t id = 1; id < protocols::protocol_names().size(); ++id) {
+      auto pid = static_cast<protocols::ProtocolId>(id);
+      protocols::Core core{*node->comm, *node->frames, *node->table, *node->heap, pid, nullptr};
+      std::unique_ptr<protocols::Protocol> p = protocols::make_protocol(pid, core);
+      protocols::Protocol* raw = p.get();
+      node->platform->add(raw, std::move(p));
+    }
     node->locks =
-        std::make_unique<sync::LockService>(*node->comm, *node->hlrc, opts_.lock_fairness);
-    node->barriers =
-        std::make_unique<sync::BarrierService>(*node->comm, *node->hlrc, node->frames->num_pages());
+        std::make_unique<sync::LockService>(*node->comm, *node->platform, opts_.lock_fairness);
+    node->barriers = std::make_unique<sync::BarrierService>(*node->comm, *node->platform,
+                                                            node->frames->num_pages());
     node->conds = std::make_unique<sync::CondService>(*node->comm, *node->locks);
-    for (Status s : {node->heap->register_messages(), node->hlrc->register_messages(),
+    for (Status s : {node->heap->register_messages(), node->platform->register_messages(),
                      node->locks->register_messages(), node->barriers->register_messages(),
                      node->conds->register_messages()})
       LOOM_CHECK(s.is_ok(), "simulated node {}: {}", n, s.to_string());
@@ -317,7 +331,7 @@ void Thread::access(uint64_t addr, size_t len, bool is_write) {
       if (f.allows(pg, is_write)) continue;
       ok = false;
       std::byte* at = std::max(p, f.app_page(pg));
-      if (!n.hlrc->on_fault(at, is_write)) {
+      if (!n.platform->on_fault(at, is_write)) {
         sim_->fail(Status::invalid_argument(
             fmt::format("{}: {} of unallocated shared memory at {:#x}", sim_->thread_name(*self_),
                         is_write ? "write" : "read", reinterpret_cast<uint64_t>(at))));
@@ -422,9 +436,14 @@ void Thread::cond_signal(uint64_t cond, uint64_t* generation, bool all) {
                          all ? "broadcast" : "signal", cond, *generation));
 }
 
-uint64_t Thread::alloc(size_t bytes, memory::Placement placement, int node) {
+uint64_t Thread::alloc(size_t bytes, memory::Placement placement, int node, const char* protocol) {
   yield();
-  Result<void*> p = sim_->nodes_[self_->node]->heap->alloc(bytes, placement, node);
+  memory::ProtocolId pid = memory::kProtocolUnknown;
+  if (protocol != nullptr) {
+    pid = protocols::protocol_id(protocol);
+    LOOM_CHECK(pid != memory::kProtocolUnknown, "alloc: no protocol named {}", protocol);
+  }
+  Result<void*> p = sim_->nodes_[self_->node]->heap->alloc(bytes, placement, node, pid);
   if (!p) {
     sim_->fail(Status(p.status().code(), fmt::format("{}: alloc({}): {}", sim_->thread_name(*self_),
                                                      bytes, p.status().message())));

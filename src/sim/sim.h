@@ -31,6 +31,7 @@
 
 #include "memory/heap.h"
 #include "protocols/hlrc/hlrc.h"
+#include "protocols/platform.h"
 
 namespace loom::sim {
 
@@ -38,6 +39,8 @@ struct Options {
   uint32_t nodes = 2;
   uint64_t seed = 1;
   protocols::hlrc::Hlrc::Options hlrc;
+  // The protocol of allocations that name none (protocols/protocol.h).
+  std::string protocol = "hlrc";
   uint32_t lock_fairness = 4;
   // Events kept for failure reports; print_trace prints every event as it happens (stderr).
   size_t trace_tail = 40;
@@ -69,8 +72,9 @@ class Thread {
   // program keeps beside the data the lock guards. REQUIRES: this thread holds `lock`.
   void cond_wait(uint64_t cond, uint64_t* generation, uint64_t lock);
   void cond_signal(uint64_t cond, uint64_t* generation, bool all);
+  // `protocol`: a registered protocol's name, or null for the simulation's default.
   uint64_t alloc(size_t bytes, memory::Placement placement = memory::Placement::kFirstTouch,
-                 int node = -1);
+                 int node = -1, const char* protocol = nullptr);
   void yield();
   // The home node of the page holding `addr` (loom::home_of). May ask the page's chunk owner.
   int home_of(uint64_t addr);

@@ -48,30 +48,16 @@
 
 #include "loom/loom.h"
 #include "loom/loom.hpp"
+#include "mp_util.h"
 #include "runtime/runtime.h"
 
 namespace {
 
-int me() { return loom::node_id(); }
-int nodes() { return loom::num_nodes(); }
-
-[[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stdout, "FAILED: node %d: %s\n", loom::node_id(), what.c_str());
-  std::fflush(stdout);
-  std::_Exit(1);
-}
-
-void check(bool cond, const std::string& what) {
-  if (!cond) fail(what);
-}
-
-// Runs fn(t) on T threads and joins them.
-template <typename F>
-void on_threads(int threads, F fn) {
-  std::vector<std::thread> ts;
-  for (int t = 0; t < threads; ++t) ts.emplace_back(fn, t);
-  for (auto& t : ts) t.join();
-}
+using mp::check;
+using mp::fail;
+using mp::me;
+using mp::nodes;
+using mp::on_threads;
 
 // Shared state every mode starts from: allocated by node 0, announced with broadcast_ptr.
 template <typename T>

@@ -15,6 +15,7 @@
 // Exit status: 0 success, 1 a violation or failed run (the seed and a trace are printed), 2 a
 // usage error.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -118,14 +119,14 @@ int run_scenario_cmd(const std::string& name, uint32_t nodes, const Options& bas
   if (json) {
     nlohmann::json types = nlohmann::json::object();
     for (const auto& t : r->by_type) types[t.name] = {{"messages", t.messages}, {"bytes", t.bytes}};
-    nlohmann::json j{{"scenario", name},        {"protocol", "hlrc"},
+    nlohmann::json j{{"scenario", name},        {"protocol", base.protocol},
                      {"nodes", nodes},          {"prefetch", base.hlrc.prefetch},
                      {"messages", r->messages}, {"bytes", r->bytes},
                      {"by_type", types},        {"steps", r->steps}};
     std::cout << j.dump() << '\n';
   } else {
-    std::cout << fmt::format("{} on {} nodes (hlrc): {} messages, {} bytes\n", name, nodes,
-                             r->messages, r->bytes);
+    std::cout << fmt::format("{} on {} nodes ({}): {} messages, {} bytes\n", name, nodes,
+                             base.protocol, r->messages, r->bytes);
     for (const auto& t : r->by_type)
       std::cout << fmt::format("  {:<22} {:>10} msgs {:>14} bytes\n", t.name, t.messages, t.bytes);
   }
@@ -163,7 +164,7 @@ int run_table(const std::vector<uint32_t>& counts, const Options& base, bool jso
     }
     if (json) {
       out.push_back({{"scenario", sc.name},
-                     {"protocol", "hlrc"},
+                     {"protocol", base.protocol},
                      {"prefetch", base.hlrc.prefetch},
                      {"nodes", counts},
                      {"messages", msgs},
@@ -207,7 +208,9 @@ int main(int argc, char** argv) {
   uint64_t schedules = 1;
   app.add_option("--schedules", schedules, "With --check: run each program under M schedules")
       ->option_text("M");
-  app.add_option("--protocol", protocol, "Consistency protocol (hlrc)")->option_text("P");
+  app.add_option("--protocol", protocol,
+                 "Consistency protocol of every allocation (hlrc, sc_mrsw, erc_sw)")
+      ->option_text("P");
   app.add_option("--mutant", mutant, "Use a deliberately broken protocol variant (--list-mutants)")
       ->option_text("NAME");
   app.add_option("--litmus", litmus_name, "With --check: run only this litmus test")
@@ -251,10 +254,12 @@ int main(int argc, char** argv) {
     for (const std::string& n : litmus_names()) std::cout << n << '\n';
     return 0;
   }
-  if (protocol != "hlrc")
-    return usage_error(fmt::format("--protocol {}: unknown protocol (available: hlrc)", protocol));
+  if (protocols::protocol_id(protocol) == memory::kProtocolUnknown)
+    return usage_error(fmt::format("--protocol {}: unknown protocol (available: {})", protocol,
+                                   fmt::join(protocols::protocol_names(), ", ")));
   Options base;
   base.print_trace = trace;
+  base.protocol = protocol;
   base.hlrc.prefetch = !no_prefetch;
   if (!mutant.empty()) {
     const MutantInfo* m = find_mutant(mutant);

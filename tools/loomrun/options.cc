@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "base/config.h"
+#include "protocols/protocol.h"
 #include "sys.h"
 
 extern char** environ;
@@ -89,6 +90,9 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
                  "Collect every node's counters into FILE as {\"nodes\": [...]}")
       ->option_text("FILE");
   app.add_flag("--help-config", help_config, "Print the configuration table and exit");
+  bool list_protocols = false;
+  app.add_flag("--list-protocols", list_protocols,
+               "Print the built-in consistency protocols, one per line, and exit");
 
   // One flag per configuration row.
   struct RowFlag {
@@ -120,6 +124,10 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
 
   if (help_config) {
     std::cout << format_config_table();
+    return 0;
+  }
+  if (list_protocols) {
+    for (const std::string& name : protocols::protocol_names()) std::cout << name << '\n';
     return 0;
   }
 

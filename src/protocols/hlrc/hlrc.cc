@@ -149,6 +149,7 @@ void Hlrc::init_static_pages() {
     PageEntry& e = table_.at(p);
     MutexLock l(table_.lock_of(p));
     e.home = 0;
+    e.protocol = 0;  // HLRC is always protocol 0 (protocols/protocol.cc)
     if (me_ == 0) {
       e.state = st(PageState::kHomePrivate);
       e.prot = Prot::kReadWrite;  // AddressSpace mapped it so
@@ -163,6 +164,16 @@ void Hlrc::settle_static_pages() {
     MutexLock l(table_.lock_of(p));
     while (!e.version.covers(e.required)) table_.cv_of(p).wait(table_.lock_of(p));
   }
+}
+
+CounterList Hlrc::counter_list() const {
+  auto v = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  const Counters& c = counters_;
+  return {{"read_faults", v(c.read_faults)},     {"write_faults", v(c.write_faults)},
+          {"pages_fetched", v(c.pages_fetched)}, {"twins", v(c.twins)},
+          {"diffs_created", v(c.diffs_created)}, {"diff_bytes", v(c.diff_bytes)},
+          {"invalidations", v(c.invalidations)}, {"fault_ns", v(c.fault_ns)},
+          {"fetch_wait_ns", v(c.fetch_wait_ns)}};
 }
 
 // --- Faults ---------------------------------------------------------------------------------

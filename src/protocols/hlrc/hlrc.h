@@ -38,6 +38,7 @@
 #include "memory/page_table.h"
 #include "protocols/consistency.h"
 #include "protocols/hlrc/notices.h"
+#include "protocols/protocol.h"
 
 namespace loom::protocols::hlrc {
 
@@ -69,7 +70,7 @@ struct Counters {
       fetch_wait_ns{0};  // of which waiting for page replies (request + transfer)
 };
 
-class Hlrc final : public memory::FaultTarget, public Consistency {
+class Hlrc final : public Protocol, public Consistency {
  public:
   struct Options {
     // At an acquire, request the pages it invalidates that were valid read-only copies right
@@ -96,10 +97,11 @@ class Hlrc final : public memory::FaultTarget, public Consistency {
   Hlrc(const Hlrc&) = delete;
   Hlrc& operator=(const Hlrc&) = delete;
 
-  Status register_messages();
+  Status register_messages() override;
 
-  // FaultTarget.
+  // Protocol.
   bool on_fault(void* addr, bool is_write) override;
+  CounterList counter_list() const override;
 
   // Ends this node's interval: flushes every dirty page (diffs to homes) and records the write
   // notice. No-op if nothing was written. Application threads.
@@ -127,7 +129,7 @@ class Hlrc final : public memory::FaultTarget, public Consistency {
   void settle_static_pages();
 
   const Counters& counters() const { return counters_; }
-  std::string dump_page(memory::PageId page);
+  std::string dump_page(memory::PageId page) override;
 
  private:
   struct HeldRequest {

@@ -1,0 +1,64 @@
+#include "protocols/platform.h"
+
+#include <fmt/format.h>
+
+#include "base/log.h"
+
+namespace loom::protocols {
+
+Platform::Platform(memory::PageFrames& frames, memory::PageTable& table, memory::Heap& heap,
+                   Consistency& notices)
+    : frames_(frames), table_(table), heap_(heap), notices_(notices) {}
+
+Platform::~Platform() = default;
+
+void Platform::add(Protocol* protocol, std::unique_ptr<Protocol> owned) {
+  LOOM_CHECK(protocols_.size() < kMaxProtocols, "more than {} protocols", kMaxProtocols);
+  protocols_.push_back(protocol);
+  if (owned) owned_.push_back(std::move(owned));
+}
+
+Status Platform::register_messages() {
+  for (Protocol* p : protocols_)
+    if (Status s = p->register_messages(); !s) return s;
+  return Status::ok();
+}
+
+bool Platform::on_fault(void* addr, bool is_write) {
+  const memory::PageId page = frames_.page_of(addr);
+  ProtocolId id = memory::kProtocolUnknown;
+  if (memory::PageEntry* e = table_.find(page); e != nullptr) {
+    MutexLock l(table_.lock_of(page));
+    id = e->protocol;
+  }
+  if (id == memory::kProtocolUnknown) {
+    memory::Heap::Resolved r = heap_.resolve(page);
+    if (r.home == memory::kNotAllocated) return false;
+    id = r.protocol;
+  }
+  LOOM_CHECK(id < protocols_.size(), "page {} names protocol {} but this node has {}", page, id,
+             protocols_.size());
+  return protocols_[id]->on_fault(addr, is_write);
+}
+
+void Platform::release() {
+  // note: HLRC (id 0) last. The others' releases finish their own work (eager invalidations)
+  // before it returns; HLRC's closes the interval whose notices the next acquirer receives.
+  for (size_t k = protocols_.size(); k-- > 0;) protocols_[k]->release();
+}
+
+void Platform::acquire() {
+  for (Protocol* p : protocols_) p->acquire();
+}
+
+std::string Platform::dump_page(memory::PageId page) {
+  ProtocolId id = memory::kProtocolUnknown;
+  if (memory::PageEntry* e = table_.find(page); e != nullptr) {
+    MutexLock l(table_.lock_of(page));
+    id = e->protocol;
+  }
+  if (id >= protocols_.size()) return fmt::format("page {}: protocol not known here", page);
+  return protocols_[id]->dump_page(page);
+}
+
+}  // namespace loom::protocols

@@ -1,0 +1,65 @@
+// Platform: a node's set of protocols, seen by the layers around them as one.
+//
+// It is the node's fault target (each fault goes to the protocol of the faulting page, learned
+// from the page table or, the first time, from the heap) and the synchronization layer's
+// Consistency: release() and acquire() run every protocol's action, and the write notices that
+// travel with lock grants and barrier messages are the notice core's (HLRC's notice store, the
+// write-notice machinery of the generic core; protocols that do not use notices ignore them).
+//
+// Thread safety: as Protocol and Consistency; add() only before the node starts.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memory/fault.h"
+#include "protocols/consistency.h"
+#include "protocols/protocol.h"
+
+namespace loom::protocols {
+
+class Platform final : public memory::FaultTarget, public Consistency {
+ public:
+  // `notices` keeps the write notices and vector times (HLRC); it must outlive the platform.
+  Platform(memory::PageFrames& frames, memory::PageTable& table, memory::Heap& heap,
+           Consistency& notices);
+  ~Platform();
+  Platform(const Platform&) = delete;
+  Platform& operator=(const Platform&) = delete;
+
+  // Adds the protocol with the next id. `owned` may be null when the caller keeps it (the
+  // runtime and the simulator own their HLRC).
+  void add(Protocol* protocol, std::unique_ptr<Protocol> owned);
+  size_t size() const { return protocols_.size(); }
+  Protocol& at(ProtocolId id) { return *protocols_.at(id); }
+  const Protocol& at(ProtocolId id) const { return *protocols_.at(id); }
+
+  Status register_messages();
+
+  // FaultTarget: dispatches to the page's protocol.
+  bool on_fault(void* addr, bool is_write) override;
+
+  // Consistency.
+  void release() override;
+  void acquire() override;
+  VectorTime vector_time() const override { return notices_.vector_time(); }
+  void write_notices_for(const VectorTime& vt, ByteWriter& w) const override {
+    notices_.write_notices_for(vt, w);
+  }
+  Status store_notices(ByteReader& r) override { return notices_.store_notices(r); }
+  void gc(const VectorTime& floor) override { notices_.gc(floor); }
+
+  // The page's protocol state, for fatal errors.
+  std::string dump_page(memory::PageId page);
+
+ private:
+  memory::PageFrames& frames_;
+  memory::PageTable& table_;
+  memory::Heap& heap_;
+  Consistency& notices_;
+  std::vector<Protocol*> protocols_;
+  std::vector<std::unique_ptr<Protocol>> owned_;
+};
+
+}  // namespace loom::protocols

@@ -1,0 +1,101 @@
+// Protocol: one consistency protocol of the platform, and the registry that names them.
+//
+// Loom is a protocol platform in the sense of DSM-PM2 (../docs/protocols/README.md): a protocol
+// is a set of actions written against a generic core that every protocol shares — the page table
+// (memory::PageTable: state, home, probable owner, copyset, twin, version), access rights
+// (memory::PageFrames::protect), messaging (comm::Comm) and the write-notice machinery that
+// travels with synchronization (Consistency, provided by the node's Platform). DSM-PM2's eight
+// actions map onto this interface as follows:
+//
+//   read fault, write fault       on_fault(addr, is_write)          application thread, may wait
+//   read/write/invalidate server,  handlers of the protocol's own     server thread, never wait
+//   receive page                   message types (register_messages)
+//   release, acquire              release(), acquire()               application thread, may wait
+//
+// Each allocation names the protocol that manages its pages (loom::AllocOptions::protocol,
+// loom_alloc_attr_t::protocol); the job's default comes from LOOM_PROTOCOL. Several protocols
+// are active in one program at once; the Platform sends each fault to the page's protocol and
+// each release/acquire to all of them.
+//
+// Protocols are registered by name before loom::init(); built-in ones first, in a fixed order,
+// then any registered by the program (every node must register the same ones in the same order;
+// the runtime checks it at start-up). A protocol's id is its index in that list; it owns the
+// message types [kProtocols + id * kMsgTypesPerProtocol, +kMsgTypesPerProtocol).
+//
+// Thread safety: register_protocol() before init, from one thread. A Protocol's methods as above.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/config.h"
+#include "comm/comm.h"
+#include "memory/frames.h"
+#include "memory/heap.h"
+#include "memory/page_table.h"
+
+namespace loom::protocols {
+
+using memory::ProtocolId;
+
+inline constexpr size_t kMaxProtocols = 12;
+inline constexpr comm::MsgType kMsgTypesPerProtocol = 8;
+
+// What a protocol instance is built from: its node's generic core, and its own id.
+struct Core {
+  comm::Comm& comm;
+  memory::PageFrames& frames;
+  memory::PageTable& table;
+  memory::Heap& heap;
+  ProtocolId id;
+  const Config* config;  // the node's configuration; null in the simulator (use defaults)
+
+  // The i-th message type of this protocol (i < kMsgTypesPerProtocol).
+  comm::MsgType msg(uint32_t i) const;
+};
+
+// A counter a protocol reports (name, value); times are in nanoseconds and named "*_ns".
+using CounterList = std::vector<std::pair<std::string, uint64_t>>;
+
+class Protocol {
+ public:
+  virtual ~Protocol() = default;
+
+  // Registers the protocol's message types; called on every node before the start-up barrier.
+  virtual Status register_messages() = 0;
+  // Read or write fault on a page of this protocol that the application view refused; returns
+  // once the access may be retried, or false if `addr` is not live shared memory (the fault is
+  // passed on). Application threads (the SIGSEGV handler); may wait.
+  virtual bool on_fault(void* addr, bool is_write) = 0;
+  // The node releases (a lock release, a barrier arrival): after it returns, writes made on this
+  // node before the call are visible to a node that acquires afterwards. Application threads.
+  virtual void release() = 0;
+  // The node acquired: writes released before the matching release must become visible.
+  // Application threads.
+  virtual void acquire() = 0;
+
+  virtual CounterList counter_list() const { return {}; }
+  // One line about `page` for fatal errors.
+  virtual std::string dump_page(memory::PageId page) = 0;
+};
+
+using ProtocolFactory = std::function<std::unique_ptr<Protocol>(const Core&)>;
+
+// Adds a protocol under `name` ([a-z0-9_]+, unique); fails once loom::init() has built the
+// node's protocols or when kMaxProtocols are registered.
+Status register_protocol(std::string name, ProtocolFactory factory);
+// Every registered name, in id order (built-in ones first).
+std::vector<std::string> protocol_names();
+// The id of `name`, or kProtocolUnknown.
+ProtocolId protocol_id(std::string_view name);
+// Builds protocol `id` for a node. REQUIRES: id < protocol_names().size().
+std::unique_ptr<Protocol> make_protocol(ProtocolId id, const Core& core);
+// Called when a node has built its protocols: later registrations are refused.
+void freeze_protocols();
+
+}  // namespace loom::protocols
