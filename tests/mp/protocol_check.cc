@@ -92,6 +92,11 @@ class Watchdog {
       loom::runtime::Runtime& rt = loom::runtime::current();
       std::string state = rt.platform().dump_page(page);
       std::string table = rt.comm().counters().format_table(rt.comm().registry());
+      for (uint32_t n = 0; n < rt.size(); ++n)
+        table += fmt::format("  unfinished sends to node {}: {} ({} bytes)\n", n,
+                             rt.transport().backlog(n).msgs, rt.transport().backlog(n).bytes);
+      table +=
+          fmt::format("  any backlog (sends or open receives): {}\n", rt.transport().any_backlog());
       for (const std::string& name : loom::protocol_names())
         for (const auto& [c, v] :
              rt.platform().at(loom::protocols::protocol_id(name)).counter_list())
