@@ -69,8 +69,8 @@ const ConfigRow kRows[] = {
      "Consistency protocol of allocations that name none (loomrun --list-protocols): hlrc, "
      "sc_mrsw, erc_sw, or one the program registers. The same on every node."},
     {"OWNER_HOLD_US", ConfigType::kInt, "20",
-     "sc_mrsw and erc_sw: how long a node that just received a page it asked to write keeps "
-     "it before serving requests that queued meanwhile (its faulting thread uses it first).",
+     "sc_mrsw and erc_sw: how long a node keeps a page it got write access to after the thread "
+     "that waited for it resumed, before serving requests that queued meanwhile.",
      "", 0, 1000000},
     {"PREFETCH", ConfigType::kBool, "1",
      "At an acquire, fetch again at once the pages it invalidates that this node was reading, "

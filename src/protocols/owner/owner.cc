@@ -96,10 +96,10 @@ std::string OwnerProtocol::dump_page(PageId page) {
   std::string work_state = "no work";
   if (const Work* w = find_work(page); w != nullptr)
     work_state = fmt::format(
-        "want_write={} queued={} in_round={} acks_left={} round_for={} serve_posted={} "
+        "want_write={} queued={} in_round={} acks_left={} round_for={} holding={} "
         "waiting_busy={} waiting_reply={}",
         w->want_write, w->queued.size(), w->in_round, w->round.acks_left, w->round.requester,
-        w->serve_posted, w->waiting_busy, w->waiting_reply);
+        w->holding, w->waiting_busy, w->waiting_reply);
   {
     MutexLock l(work_mu_);
     for (const auto& [p, w] : work_)
@@ -216,7 +216,7 @@ void OwnerProtocol::handle_request(PageId page, PageEntry& e, Request r, std::ve
              dump_page(page));
   Work& w = work(page);
   if (e.state == st(PageState::kOwnerBusy) || (e.fetching && w.want_write) ||
-      (e.state == st(PageState::kOwner) && w.serve_posted)) {
+      (e.state == st(PageState::kOwner) && w.holding)) {
     // A round is running, this node is about to own the page, or requests queued before this
     // one are still held: keep it for later, in order.
     w.queued.push_back(r);
@@ -285,7 +285,7 @@ void OwnerProtocol::finish_round(PageId page, PageEntry& e, std::vector<Out>* ou
   if (requester == static_cast<int32_t>(me_)) {
     e.epoch = next;
     e.state = st(PageState::kOwner);
-    if (!w.queued.empty()) post_serve(page, w, out);
+    hold(w);  // for the thread that waits for this round (upgrade or release)
   } else {
     out->push_back(
         {static_cast<comm::NodeId>(requester), kGrant, grant_payload(page, e, next, true)});
@@ -302,9 +302,9 @@ void OwnerProtocol::finish_round(PageId page, PageEntry& e, std::vector<Out>* ou
   table_.notify(page);
 }
 
-void OwnerProtocol::post_serve(PageId page, Work& w, std::vector<Out>* out) {
-  if (w.serve_posted) return;
-  w.serve_posted = true;
+void OwnerProtocol::end_hold(PageId page, Work& w, std::vector<Out>* out) {
+  if (!w.holding || w.serve_sent) return;
+  w.serve_sent = true;
   w.hold_until = now() + hold_ns_;
   ServeMsg m{page};
   out->push_back({me_, kServe, bytes_of(m)});
@@ -312,7 +312,6 @@ void OwnerProtocol::post_serve(PageId page, Work& w, std::vector<Out>* out) {
 
 void OwnerProtocol::serve_queued(PageId page, PageEntry& e, std::vector<Out>* out) {
   Work& w = work(page);
-  w.serve_posted = false;
   std::vector<Request> q;
   q.swap(w.queued);
   for (size_t k = 0; k < q.size(); ++k) {
@@ -347,7 +346,8 @@ bool OwnerProtocol::on_fault(void* addr, bool is_write) {
         --work(page).waiting_busy;
       }
       if (is_write ? e.prot == Prot::kReadWrite : e.prot != Prot::kNone) {
-        // Another thread handled it, or the view was collapsed: restore the intended protection.
+        // The access is allowed (a grant or a round this thread waited for, another thread, or
+        // a collapsed view): restore the intended protection.
         counters_.refaults.fetch_add(1, std::memory_order_relaxed);
         frames_.protect(page, 1, e.prot);
         done = true;
@@ -373,6 +373,10 @@ bool OwnerProtocol::on_fault(void* addr, bool is_write) {
         dst = static_cast<comm::NodeId>(e.prob_owner);
         ask = true;
       }
+      // note: a page held for a waiting thread is released once a thread of this node can use
+      // it; requests that came meanwhile are served after the hold (livelock: without this, a
+      // spinning reader elsewhere takes write access away before the writer's store retries).
+      if (done) end_hold(page, work(page), &out);
     }
     flush(out);
     if (!ask) continue;
@@ -423,8 +427,13 @@ void OwnerProtocol::release() {
   }
   counters_.release_rounds.fetch_add(started.empty() ? 0 : 1, std::memory_order_relaxed);
   for (PageId p : started) {
-    MutexLock l(table_.lock_of(p));
-    while (find_work(p)->in_round) table_.cv_of(p).wait(table_.lock_of(p));
+    std::vector<Out> out;
+    {
+      MutexLock l(table_.lock_of(p));
+      while (find_work(p)->in_round) table_.cv_of(p).wait(table_.lock_of(p));
+      end_hold(p, work(p), &out);
+    }
+    flush(out);
   }
 }
 
@@ -474,7 +483,7 @@ Status OwnerProtocol::on_grant(comm::Incoming& in) {
       e.epoch = h.epoch;
       e.copyset.clear();
       set_prot(h.page, e, Prot::kReadWrite);
-      if (!w.queued.empty()) post_serve(h.page, w, &out);
+      hold(w);  // for the thread that asked
     } else if (h.epoch < e.epoch) {
       // Invalidated before it arrived (messages may be reordered): ask the owner again.
       counters_.stale_copies.fetch_add(1, std::memory_order_relaxed);
@@ -550,10 +559,13 @@ Status OwnerProtocol::on_serve(comm::Incoming& in) {
   {
     MutexLock l(table_.lock_of(m->page));
     Work& w = work(m->page);
+    if (!w.serve_sent) return Status::malformed("serve: no hold to end");
     if (now() < w.hold_until) {
       // Still holding the page for the thread that faulted on it: look again shortly.
       out.push_back({me_, kServe, bytes_of(*m)});
     } else {
+      w.serve_sent = false;
+      w.holding = false;
       serve_queued(m->page, e, &out);
     }
   }

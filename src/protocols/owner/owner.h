@@ -19,9 +19,10 @@
 //   - Epochs: every invalidation round ends an epoch of the page. A copy carries its epoch and a
 //     node refuses a copy from an epoch it has already seen invalidated (messages may be
 //     reordered), and asks again.
-//   - A node that just became owner serves requests that queued at it only after a short hold
-//     (LOOM_OWNER_HOLD_US) so that its faulting thread gets to use the page (no ping-pong
-//     livelock).
+//   - The hold: a node that gets write access for a waiting thread (a write grant, the end of its
+//     own round) queues every request for the page until that thread has resumed with its
+//     access, and then for LOOM_OWNER_HOLD_US more, so the faulting store executes before the
+//     page can be taken away (without it a spinning reader elsewhere livelocks a writer).
 //
 // Threads: on_fault(), release() on application threads (they wait on the page's stripe
 // condition); the handlers never wait and touch pages only through the system view.
@@ -93,8 +94,12 @@ class OwnerProtocol final : public Protocol {
     std::vector<Request> queued;  // requests waiting for this node to own the page / end a round
     bool in_round = false;
     Round round;
+    // A local thread is about to use the page it was waiting for (a write grant arrived, or this
+    // node's own round ended): requests for the page queue until that thread has resumed and the
+    // hold has passed (end_hold, then the serve message).
+    bool holding = false;
+    bool serve_sent = false;
     int64_t hold_until = 0;
-    bool serve_posted = false;
     uint32_t waiting_busy = 0;   // local threads waiting for a round or another's request
     uint32_t waiting_reply = 0;  // local threads waiting for this node's request
   };
@@ -111,7 +116,10 @@ class OwnerProtocol final : public Protocol {
                    std::vector<Out>* out);
   void finish_round(memory::PageId page, memory::PageEntry& e, std::vector<Out>* out);
   void serve_queued(memory::PageId page, memory::PageEntry& e, std::vector<Out>* out);
-  void post_serve(memory::PageId page, Work& w, std::vector<Out>* out);
+  // A waiting local thread gets the page: hold requests for it (see Work::holding).
+  void hold(Work& w) { w.holding = true; }
+  // The thread resumed: serve what queued once the hold time has passed.
+  void end_hold(memory::PageId page, Work& w, std::vector<Out>* out);
   void add_copy(memory::PageEntry& e, uint32_t node);
   bool copies_elsewhere(const memory::PageEntry& e) const;
   void set_prot(memory::PageId page, memory::PageEntry& e, memory::Prot prot);
