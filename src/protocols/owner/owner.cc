@@ -215,12 +215,15 @@ void OwnerProtocol::handle_request(PageId page, PageEntry& e, Request r, std::ve
              "this node's own {} request came back to it: {}", r.write ? "write" : "read",
              dump_page(page));
   Work& w = work(page);
-  if (e.state == st(PageState::kOwnerBusy) || (e.fetching && w.want_write) ||
-      (e.state == st(PageState::kOwner) && w.holding)) {
-    // A round is running, this node is about to own the page, or requests queued before this
-    // one are still held: keep it for later, in order.
+  const bool held =
+      e.state == st(PageState::kOwner) && (w.holding || w.serve_sent || now() < w.hold_until);
+  if (e.state == st(PageState::kOwnerBusy) || (e.fetching && w.want_write) || held) {
+    // A round is running, this node is about to own the page, or the page is held for a local
+    // thread (or requests queued before this one still wait): keep it for later, in order.
     w.queued.push_back(r);
     counters_.requests_queued.fetch_add(1, std::memory_order_relaxed);
+    // The thread has resumed and only the hold time is left: serve when it has passed.
+    if (held && !w.holding && !w.serve_sent) post_serve(page, w, out);
     return;
   }
   if (e.state == st(PageState::kOwner)) {
@@ -303,9 +306,17 @@ void OwnerProtocol::finish_round(PageId page, PageEntry& e, std::vector<Out>* ou
 }
 
 void OwnerProtocol::end_hold(PageId page, Work& w, std::vector<Out>* out) {
-  if (!w.holding || w.serve_sent) return;
-  w.serve_sent = true;
+  if (!w.holding) return;
+  w.holding = false;
   w.hold_until = now() + hold_ns_;
+  // note: no message when nothing waits; a request arriving before hold_until is queued and
+  // sends it then (handle_request).
+  if (!w.queued.empty()) post_serve(page, w, out);
+}
+
+void OwnerProtocol::post_serve(PageId page, Work& w, std::vector<Out>* out) {
+  if (w.serve_sent) return;
+  w.serve_sent = true;
   ServeMsg m{page};
   out->push_back({me_, kServe, bytes_of(m)});
 }
@@ -560,12 +571,11 @@ Status OwnerProtocol::on_serve(comm::Incoming& in) {
     MutexLock l(table_.lock_of(m->page));
     Work& w = work(m->page);
     if (!w.serve_sent) return Status::malformed("serve: no hold to end");
-    if (now() < w.hold_until) {
+    if (w.holding || now() < w.hold_until) {
       // Still holding the page for the thread that faulted on it: look again shortly.
       out.push_back({me_, kServe, bytes_of(*m)});
     } else {
       w.serve_sent = false;
-      w.holding = false;
       serve_queued(m->page, e, &out);
     }
   }

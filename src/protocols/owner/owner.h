@@ -120,6 +120,8 @@ class OwnerProtocol final : public Protocol {
   void hold(Work& w) { w.holding = true; }
   // The thread resumed: serve what queued once the hold time has passed.
   void end_hold(memory::PageId page, Work& w, std::vector<Out>* out);
+  // Sends the serve message to this node (once until it is handled).
+  void post_serve(memory::PageId page, Work& w, std::vector<Out>* out);
   void add_copy(memory::PageEntry& e, uint32_t node);
   bool copies_elsewhere(const memory::PageEntry& e) const;
   void set_prot(memory::PageId page, memory::PageEntry& e, memory::Prot prot);
