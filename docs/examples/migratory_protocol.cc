@@ -158,7 +158,7 @@ class Migratory final : public loom::protocols::Protocol {
     return {p, p + kPageBytes};
   }
 
-  // Home: move `page` to `m.to`. REQUIRES: home_mu_ held, not moving.
+  // Home: move `page` to `m.to`. REQUIRES: on the dispatcher, not moving.
   void start_move(PageId page, Managed& rec, Move m) {
     rec.moving = true;
     int32_t from = rec.holder < 0 ? static_cast<int32_t>(me_) : rec.holder;
@@ -183,7 +183,6 @@ class Migratory final : public loom::protocols::Protocol {
     PageId page;
     if (!read_page(in, &page) || page >= frames_.num_pages())
       return Status::malformed("mig.want: bad page");
-    std::lock_guard<std::mutex> l(home_mu_);
     Managed& rec = managed_[page];
     Move m{in.src(), in.reply_to()};
     if (rec.moving)
@@ -205,7 +204,6 @@ class Migratory final : public loom::protocols::Protocol {
     PageId page;
     if (!read_page(in, &page) || page >= frames_.num_pages())
       return Status::malformed("mig.got: bad page");
-    std::lock_guard<std::mutex> l(home_mu_);
     Managed& rec = managed_[page];
     if (!rec.moving || rec.holder != static_cast<int32_t>(in.src()))
       return Status::malformed(
@@ -226,8 +224,10 @@ class Migratory final : public loom::protocols::Protocol {
   loom::memory::PageTable& table_;
   const loom::comm::NodeId me_;
   const loom::comm::MsgType kWant, kSurrender, kGot;
-  std::mutex home_mu_;
-  std::unordered_map<PageId, Managed> managed_;  // pages this node is the home of
+  // Pages this node is the home of. Only handlers and request callbacks touch it, and they all
+  // run on the dispatcher (the server thread), one at a time: no lock (a lock held while
+  // replying would also invert the transport's lock order).
+  std::unordered_map<PageId, Managed> managed_;
 };
 
 std::unique_ptr<loom::protocols::Protocol> make_migratory(const loom::protocols::Core& core) {
