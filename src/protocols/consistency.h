@@ -15,6 +15,7 @@ namespace loom::protocols {
 
 using hlrc::ByteReader;
 using hlrc::ByteWriter;
+using hlrc::IntervalStamp;
 using hlrc::VectorTime;
 
 class Consistency {

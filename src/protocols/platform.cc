@@ -7,8 +7,14 @@
 namespace loom::protocols {
 
 Platform::Platform(memory::PageFrames& frames, memory::PageTable& table, memory::Heap& heap,
-                   Consistency& notices)
-    : frames_(frames), table_(table), heap_(heap), notices_(notices) {}
+                   hlrc::Hlrc& notices)
+    : frames_(frames), table_(table), heap_(heap), notices_(notices) {
+  notices_.set_foreign_pages([this](ProtocolId id, std::vector<memory::PageId> pages) {
+    LOOM_CHECK(id < protocols_.size(), "write notices name protocol {} but this node has {}", id,
+               protocols_.size());
+    protocols_[id]->invalidate(std::move(pages));
+  });
+}
 
 Platform::~Platform() = default;
 
@@ -43,8 +49,14 @@ bool Platform::on_fault(void* addr, bool is_write) {
 
 void Platform::release() {
   // note: HLRC (id 0) last. The others' releases finish their own work (eager invalidations)
-  // before it returns; HLRC's closes the interval whose notices the next acquirer receives.
-  for (size_t k = protocols_.size(); k-- > 0;) protocols_[k]->release();
+  // before it returns; HLRC's closes the interval whose notices the next acquirer receives,
+  // with the pages the notice-using protocols wrote in it.
+  MutexLock l(release_mu_);
+  for (size_t k = protocols_.size(); k-- > 1;) protocols_[k]->release();
+  const IntervalStamp next = notices_.next_interval();
+  std::vector<memory::PageId> written;
+  for (size_t k = 1; k < protocols_.size(); ++k) protocols_[k]->close_interval(next, &written);
+  notices_.release_interval(next, std::move(written));
 }
 
 void Platform::acquire() {

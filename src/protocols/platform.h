@@ -4,7 +4,9 @@
 // from the page table or, the first time, from the heap) and the synchronization layer's
 // Consistency: release() and acquire() run every protocol's action, and the write notices that
 // travel with lock grants and barrier messages are the notice core's (HLRC's notice store, the
-// write-notice machinery of the generic core; protocols that do not use notices ignore them).
+// write-notice machinery of the generic core). A protocol that uses notices (lrc_mw) adds the
+// pages it wrote to the interval a release closes (Protocol::close_interval), and an acquire
+// hands it the pages the new notices name (Protocol::invalidate); the others ignore them.
 //
 // Thread safety: as Protocol and Consistency; add() only before the node starts.
 #pragma once
@@ -13,17 +15,20 @@
 #include <string>
 #include <vector>
 
+#include "base/thread_annotations.h"
 #include "memory/fault.h"
 #include "protocols/consistency.h"
+#include "protocols/hlrc/hlrc.h"
 #include "protocols/protocol.h"
 
 namespace loom::protocols {
 
 class Platform final : public memory::FaultTarget, public Consistency {
  public:
-  // `notices` keeps the write notices and vector times (HLRC); it must outlive the platform.
+  // `notices` keeps the write notices and vector times (HLRC, protocol 0); it must outlive the
+  // platform.
   Platform(memory::PageFrames& frames, memory::PageTable& table, memory::Heap& heap,
-           Consistency& notices);
+           hlrc::Hlrc& notices);
   ~Platform();
   Platform(const Platform&) = delete;
   Platform& operator=(const Platform&) = delete;
@@ -57,7 +62,8 @@ class Platform final : public memory::FaultTarget, public Consistency {
   memory::PageFrames& frames_;
   memory::PageTable& table_;
   memory::Heap& heap_;
-  Consistency& notices_;
+  hlrc::Hlrc& notices_;
+  Mutex release_mu_;  // one release at a time: intervals are per node
   std::vector<Protocol*> protocols_;
   std::vector<std::unique_ptr<Protocol>> owned_;
 };

@@ -2,10 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "base/log.h"
 #include "protocols/hlrc/hlrc.h"
+#include "protocols/lrc/lrc_mw.h"
 #include "protocols/owner/owner.h"
 
 namespace loom::protocols {
@@ -36,6 +38,8 @@ std::vector<Entry>& registry() {
        [](const Core& c) -> std::unique_ptr<Protocol> {
          return std::make_unique<owner::OwnerProtocol>(c, owner::Mode::kEagerRelease);
        }},
+      {"lrc_mw",
+       [](const Core& c) -> std::unique_ptr<Protocol> { return std::make_unique<lrc::LrcMw>(c); }},
   };
   return entries;
 }
@@ -48,6 +52,18 @@ bool valid_name(std::string_view name) {
 }
 
 }  // namespace
+
+void protect_runs(memory::PageFrames& frames, std::vector<memory::PageId> pages,
+                  memory::Prot prot) {
+  std::sort(pages.begin(), pages.end());
+  size_t i = 0;
+  while (i < pages.size()) {
+    size_t j = i + 1;
+    while (j < pages.size() && pages[j] == pages[j - 1] + 1) ++j;
+    frames.protect(pages[i], j - i, prot);
+    i = j;
+  }
+}
 
 comm::MsgType Core::msg(uint32_t i) const {
   LOOM_CHECK(i < kMsgTypesPerProtocol, "protocol {} asked for message type {} of {}", id, i,

@@ -25,6 +25,7 @@
 // Thread safety: register_protocol() before init, from one thread. A Protocol's methods as above.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -38,6 +39,7 @@
 #include "memory/frames.h"
 #include "memory/heap.h"
 #include "memory/page_table.h"
+#include "protocols/consistency.h"
 
 namespace loom::protocols {
 
@@ -61,6 +63,10 @@ struct Core {
 
 // A counter a protocol reports (name, value); times are in nanoseconds and named "*_ns".
 using CounterList = std::vector<std::pair<std::string, uint64_t>>;
+// A statistics counter's value (counters are updated and read without ordering).
+inline uint64_t relaxed(const std::atomic<uint64_t>& a) {
+  return a.load(std::memory_order_relaxed);
+}
 
 class Protocol {
  public:
@@ -79,6 +85,18 @@ class Protocol {
   // Application threads.
   virtual void acquire() = 0;
 
+  // For protocols built on the write-notice machinery (lrc_mw). A release closes the node's
+  // interval: after every protocol's release(), each one appends the pages it wrote in the
+  // interval, labelled `next`, to `written`; they go into the interval's write notice.
+  // Application threads (one release at a time per node). Default: none.
+  virtual void close_interval(const IntervalStamp& next, std::vector<memory::PageId>* written) {
+    (void)next;
+    (void)written;
+  }
+  // An acquire raised PageEntry::required of these pages of this protocol (write notices named
+  // them): invalidate the copies that lack those writes. Application threads. Default: nothing.
+  virtual void invalidate(std::vector<memory::PageId> pages) { (void)pages; }
+
   virtual CounterList counter_list() const { return {}; }
   // One line about `page` for fatal errors.
   virtual std::string dump_page(memory::PageId page) = 0;
@@ -93,6 +111,9 @@ Status register_protocol(std::string name, ProtocolFactory factory);
 std::vector<std::string> protocol_names();
 // The id of `name`, or kProtocolUnknown.
 ProtocolId protocol_id(std::string_view name);
+// Sets `pages` to `prot` in the application view, one call per run of consecutive pages.
+void protect_runs(memory::PageFrames& frames, std::vector<memory::PageId> pages, memory::Prot prot);
+
 // Builds protocol `id` for a node. REQUIRES: id < protocol_names().size().
 std::unique_ptr<Protocol> make_protocol(ProtocolId id, const Core& core);
 // Called when a node has built its protocols: later registrations are refused.

@@ -96,9 +96,9 @@ void run_created(uint64_t fn, uint64_t index, VectorTime creator_vt) {
   Runtime& r = rt();
   t_thread_id = static_cast<long>(index);
   t_program_thread = true;
-  r.hlrc().acquire();
+  r.platform().acquire();
   reinterpret_cast<void (*)(void)>(fn)();
-  r.hlrc().release();
+  r.platform().release();
   std::vector<std::byte> out;
   ByteWriter w(&out);
   w.u64(index);
@@ -134,7 +134,7 @@ void create_one(void (*fn)(void), long total) {
     return;
   }
   // CREATE is a release for the creator: what it wrote is visible to the new thread.
-  r.hlrc().release();
+  r.platform().release();
   std::vector<std::byte> out;
   ByteWriter w(&out);
   w.u64(reinterpret_cast<uint64_t>(fn));
@@ -318,7 +318,7 @@ void loom_pm_wait_for_end(long n) {
   }
   for (std::thread& t : local) t.join();
   // WAIT_FOR_END is an acquire: what the threads wrote is visible to main.
-  loom::runtime::rt().hlrc().acquire();
+  loom::runtime::rt().platform().acquire();
 }
 
 long loom_pm_thread_id(void) { return loom::runtime::t_thread_id; }
@@ -443,7 +443,7 @@ unsigned long loom_pm_clock(void) {
          static_cast<unsigned long>(ts.tv_nsec) / 1000ul;
 }
 
-void loom_pm_release_fence(void) { loom::runtime::rt().hlrc().release(); }
-void loom_pm_acquire_fence(void) { loom::runtime::rt().hlrc().acquire(); }
+void loom_pm_release_fence(void) { loom::runtime::rt().platform().release(); }
+void loom_pm_acquire_fence(void) { loom::runtime::rt().platform().acquire(); }
 
 }  // extern "C"

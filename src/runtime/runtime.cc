@@ -202,7 +202,7 @@ void Runtime::start_memory() {
 
 nlohmann::json Runtime::dsm_json() const {
   const protocols::hlrc::Counters& c = hlrc_->counters();
-  auto v = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  const auto v = [](const std::atomic<uint64_t>& a) { return protocols::relaxed(a); };
   nlohmann::json j;
   j["read_faults"] = v(c.read_faults);
   j["write_faults"] = v(c.write_faults);

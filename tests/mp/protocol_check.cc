@@ -13,8 +13,8 @@
 //   protocol_check atomics T ITERS     every thread of every node increments one std::atomic in
 //                                      sc_mrsw memory: with a single writer per page at a time
 //                                      the sum is exact, without any Loom lock
-//   protocol_check mixed T ROUNDS      one program, three allocations with three protocols
-//                                      (hlrc, sc_mrsw, erc_sw): lock-protected counters and
+//   protocol_check mixed T ROUNDS      one program, one allocation per protocol
+//                                      (hlrc, sc_mrsw, erc_sw, lrc_mw): lock-protected counters and
 //                                      barrier-phased false sharing on each; every node checks
 //                                      the values and that each protocol handled faults
 //   protocol_check badname             loom::alloc naming a protocol that does not exist
@@ -214,14 +214,15 @@ int atomics(int threads, int iters) {
 // --- Several protocols in one program -------------------------------------------------------
 
 int mixed(int threads, int rounds) {
-  const char* protos[] = {"hlrc", "sc_mrsw", "erc_sw"};
+  const char* protos[] = {"hlrc", "sc_mrsw", "erc_sw", "lrc_mw"};
+  constexpr int kAreas = static_cast<int>(std::size(protos));
   constexpr size_t kWords = 2 * 4096 / sizeof(uint32_t);  // two pages per protocol
   struct Area {
     uint32_t* words;
     uint64_t* count;
   };
-  Area areas[3];
-  for (int k = 0; k < 3; ++k) {
+  Area areas[kAreas];
+  for (int k = 0; k < kAreas; ++k) {
     areas[k].words = shared<uint32_t>(kWords, with(protos[k]));
     areas[k].count = shared<uint64_t>(1, with(protos[k]));
   }
@@ -248,7 +249,7 @@ int mixed(int threads, int rounds) {
         ++*a.count;
       }
       b.wait();
-      for (int k = 0; k < 3; ++k) {
+      for (int k = 0; k < kAreas; ++k) {
         const Area& a = areas[k];
         for (size_t i = 0; i < kWords; ++i) {
           auto expect = static_cast<uint32_t>(r * 1000 + static_cast<int>(i % writers));
@@ -268,8 +269,8 @@ int mixed(int threads, int rounds) {
     uint64_t faults = protocol_counter(p, "read_faults") + protocol_counter(p, "write_faults");
     check(faults > 0, fmt::format("protocol {} handled no fault on this node", p));
   }
-  std::printf("ok: mixed node %d: hlrc, sc_mrsw and erc_sw areas, %d writers x %d rounds\n", me(),
-              writers, rounds);
+  std::printf("ok: mixed node %d: hlrc, sc_mrsw, erc_sw and lrc_mw areas, %d writers x %d rounds\n",
+              me(), writers, rounds);
   return 0;
 }
 

@@ -8,7 +8,9 @@
 namespace loom::protocols::hlrc {
 namespace {
 
-Record rec(uint32_t w, uint32_t i, std::vector<uint64_t> pages) { return {w, i, std::move(pages)}; }
+Record rec(uint32_t w, uint32_t i, std::vector<uint64_t> pages, uint32_t lamport = 0) {
+  return {.writer = w, .interval = i, .lamport = lamport, .pages = std::move(pages)};
+}
 
 TEST(Notices, StoreKeepsPrefixesAndSendsWhatTheOtherLacks) {
   NoticeStore s(3);
@@ -23,6 +25,16 @@ TEST(Notices, StoreKeepsPrefixesAndSendsWhatTheOtherLacks) {
   EXPECT_EQ(newer[0]->interval, 2u);
   EXPECT_EQ(newer[1]->writer, 2u);
   EXPECT_TRUE(s.newer_than({0, 2, 1}).empty());
+}
+
+TEST(Notices, ClockIsTheLargestLamportStampStored) {
+  NoticeStore s(3);
+  EXPECT_EQ(s.clock(), 0u);
+  s.add(rec(1, 1, {10}, 4));
+  s.add(rec(2, 1, {10}, 2));  // concurrent with (1, 1): a smaller stamp is possible
+  EXPECT_EQ(s.clock(), 4u);
+  s.add(rec(2, 2, {10}, 9));
+  EXPECT_EQ(s.clock(), 9u);
 }
 
 TEST(Notices, GarbageCollectionDropsWhatEveryoneHolds) {
@@ -45,8 +57,8 @@ TEST(NoticesDeathTest, GapInAWritersIntervalsAborts) {
 
 TEST(Notices, EncodingRoundTrips) {
   NoticeStore s(4);
-  s.add(rec(3, 1, {1, 2, 3}));
-  s.add(rec(0, 1, {}));
+  s.add(rec(3, 1, {1, 2, 3}, 7));
+  s.add(rec(0, 1, {}, 2));
   std::vector<std::byte> buf;
   ByteWriter w(&buf);
   write_vt(w, {1, 2, 3, 4});
@@ -59,6 +71,8 @@ TEST(Notices, EncodingRoundTrips) {
   ASSERT_TRUE(recs);
   ASSERT_EQ(recs->size(), 2u);
   EXPECT_EQ((*recs)[1].writer, 3u);
+  EXPECT_EQ((*recs)[1].lamport, 7u);
+  EXPECT_EQ((*recs)[0].lamport, 2u);
   EXPECT_EQ((*recs)[1].pages, (std::vector<uint64_t>{1, 2, 3}));
   EXPECT_EQ(r.left(), 0u);
 }
@@ -71,14 +85,14 @@ TEST(Notices, MalformedEncodingsAreRefused) {
   ByteReader r1(buf);
   EXPECT_EQ(read_records(r1, 2, 10).status().code(), StatusCode::kMalformed);
 
-  Record bad{5, 1, {1}};  // writer out of range
+  Record bad = rec(5, 1, {1});  // writer out of range
   std::vector<std::byte> b2;
   ByteWriter w2(&b2);
   write_records(w2, {&bad});
   ByteReader r2(b2);
   EXPECT_EQ(read_records(r2, 2, 10).status().code(), StatusCode::kMalformed);
 
-  Record far{1, 1, {99}};  // page outside the region
+  Record far = rec(1, 1, {99});  // page outside the region
   std::vector<std::byte> b3;
   ByteWriter w3(&b3);
   write_records(w3, {&far});

@@ -167,13 +167,12 @@ void Hlrc::settle_static_pages() {
 }
 
 CounterList Hlrc::counter_list() const {
-  auto v = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   const Counters& c = counters_;
-  return {{"read_faults", v(c.read_faults)},     {"write_faults", v(c.write_faults)},
-          {"pages_fetched", v(c.pages_fetched)}, {"twins", v(c.twins)},
-          {"diffs_created", v(c.diffs_created)}, {"diff_bytes", v(c.diff_bytes)},
-          {"invalidations", v(c.invalidations)}, {"fault_ns", v(c.fault_ns)},
-          {"fetch_wait_ns", v(c.fetch_wait_ns)}};
+  return {{"read_faults", relaxed(c.read_faults)},     {"write_faults", relaxed(c.write_faults)},
+          {"pages_fetched", relaxed(c.pages_fetched)}, {"twins", relaxed(c.twins)},
+          {"diffs_created", relaxed(c.diffs_created)}, {"diff_bytes", relaxed(c.diff_bytes)},
+          {"invalidations", relaxed(c.invalidations)}, {"fault_ns", relaxed(c.fault_ns)},
+          {"fetch_wait_ns", relaxed(c.fetch_wait_ns)}};
 }
 
 // --- Faults ---------------------------------------------------------------------------------
@@ -345,32 +344,41 @@ bool Hlrc::fetch(PageId page, bool is_write) {
 // --- Release and acquire --------------------------------------------------------------------
 
 void Hlrc::protect_ranges(std::vector<PageId> pages, Prot prot) {
-  std::sort(pages.begin(), pages.end());
-  size_t i = 0;
-  while (i < pages.size()) {
-    size_t j = i + 1;
-    while (j < pages.size() && pages[j] == pages[j - 1] + 1) ++j;
-    space_.protect(pages[i], j - i, prot);
-    i = j;
-  }
+  protect_runs(space_, std::move(pages), prot);
+}
+
+IntervalStamp Hlrc::next_interval() const {
+  MutexLock l(notices_mu_);
+  return {store_.known()[me_] + 1, store_.clock() + 1};
 }
 
 void Hlrc::release() {
   MutexLock rl(release_mu_);
+  release_locked(next_interval(), {});
+}
+
+void Hlrc::release_interval(const IntervalStamp& next, std::vector<PageId> written) {
+  MutexLock rl(release_mu_);
+  release_locked(next, std::move(written));
+}
+
+void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageId> written) {
   std::vector<PageId> pages;
   {
     MutexLock l(dirty_mu_);
     pages.swap(dirty_);
   }
-  if (pages.empty()) return;
+  if (pages.empty() && written.empty()) return;
   std::sort(pages.begin(), pages.end());
-  uint32_t interval;
+  const uint32_t interval = next.interval;
   {
     MutexLock l(notices_mu_);
-    interval = store_.known()[me_] + 1;
+    LOOM_CHECK(interval == store_.known()[me_] + 1,
+               "closing interval {} of node {} but the next one is {}: {}", interval, me_,
+               store_.known()[me_] + 1, store_.to_string());
   }
   std::map<int32_t, DiffBatch> batches;
-  Record rec{me_, interval, {}};
+  Record rec{.writer = me_, .interval = interval, .lamport = next.lamport, .pages = {}};
   // note: in batches of kStripeBatch pages, so a thread holds a bounded number of stripe locks
   // (each page is still write-protected and diffed under its own stripe).
   for (size_t b0 = 0; b0 < pages.size(); b0 += kStripeBatch) {
@@ -421,6 +429,10 @@ void Hlrc::release() {
         e.prot = Prot::kRead;
       }
     }
+  }
+  if (!written.empty()) {
+    rec.pages.insert(rec.pages.end(), written.begin(), written.end());
+    std::sort(rec.pages.begin(), rec.pages.end());
   }
   if (rec.pages.empty()) return;
   size_t stored;
@@ -525,6 +537,7 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
   for (const auto& [p, v] : need) pages.push_back(p);
   std::sort(pages.begin(), pages.end());
   std::vector<Prefetch> prefetch;
+  std::map<ProtocolId, std::vector<PageId>> foreign;
   for (size_t b0 = 0; b0 < pages.size(); b0 += kStripeBatch) {
     std::vector<PageId> batch(
         pages.begin() + static_cast<ptrdiff_t>(b0),
@@ -537,6 +550,10 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
       e.required.raise_all(need[p]);
       if (e.version.covers(e.required)) continue;  // our copy already has those writes
       if (opts_.mutant == Options::Mutant::kSkipInvalidate) continue;
+      if (e.protocol != 0 && e.protocol != memory::kProtocolUnknown) {
+        foreign[e.protocol].push_back(p);  // its protocol invalidates it
+        continue;
+      }
       if (e.home == static_cast<int32_t>(me_)) {
         // The master copy lacks diffs still in flight: no access until they arrive.
         if (e.prot != Prot::kNone) close.push_back(p);
@@ -558,6 +575,11 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
       prefetch[k].request = page_request(prefetch[k].page, table_.at(prefetch[k].page).required);
   }
   for (Prefetch& f : prefetch) start_prefetch(std::move(f));
+  for (auto& [id, ps] : foreign) {
+    LOOM_CHECK(foreign_ != nullptr,
+               "write notices name pages of protocol {} but no one handles them", id);
+    foreign_(id, std::move(ps));
+  }
 }
 
 void Hlrc::start_prefetch(Prefetch f) {

@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -106,6 +107,16 @@ class Hlrc final : public Protocol, public Consistency {
   // Ends this node's interval: flushes every dirty page (diffs to homes) and records the write
   // notice. No-op if nothing was written. Application threads.
   void release() override;
+  // The notice core's side of a release when several protocols take part (Platform::release):
+  // the label the next interval of this node gets, and closing it with the pages other
+  // protocols wrote in it (`written`; they appear in the record next to HLRC's own pages).
+  // REQUIRES: the caller serializes the two calls against other releases of this node.
+  IntervalStamp next_interval() const;
+  void release_interval(const IntervalStamp& next, std::vector<memory::PageId> written);
+  // Write notices naming pages of other protocols: after raising their PageEntry::required,
+  // acquire() hands them to `hook` (one call per protocol, on the acquiring thread).
+  using ForeignPages = std::function<void(ProtocolId, std::vector<memory::PageId>)>;
+  void set_foreign_pages(ForeignPages hook) { foreign_ = std::move(hook); }
   // Applies every stored notice not yet applied (invalidates what others wrote). Cheap when
   // there is nothing new. Application threads.
   void acquire() override;
@@ -146,6 +157,8 @@ class Hlrc final : public Protocol, public Consistency {
   };
 
   bool handle_fault(void* addr, bool is_write);
+  void release_locked(const IntervalStamp& next, std::vector<memory::PageId> written)
+      REQUIRES(release_mu_);
   bool fault_home(memory::PageId page, memory::PageEntry& e, bool is_write, MutexLock& held)
       REQUIRES(table_.lock_of(page));
   bool fetch(memory::PageId page, bool is_write);
@@ -190,6 +203,7 @@ class Hlrc final : public Protocol, public Consistency {
   const uint32_t nodes_;
   const Options opts_;
   mutable Counters counters_;
+  ForeignPages foreign_;  // set before the node starts
 
   // Pages written in the current interval.
   Mutex dirty_mu_ ACQUIRED_AFTER(release_mu_);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/log.h"
@@ -37,6 +38,7 @@ void write_records(ByteWriter& w, const std::vector<const Record*>& records) {
   for (const Record* r : records) {
     w.u32(r->writer);
     w.u32(r->interval);
+    w.u32(r->lamport);
     w.u32(static_cast<uint32_t>(r->pages.size()));
     for (uint64_t p : r->pages) w.u64(p);
   }
@@ -45,12 +47,12 @@ void write_records(ByteWriter& w, const std::vector<const Record*>& records) {
 Result<std::vector<Record>> read_records(ByteReader& r, uint32_t nodes, uint64_t num_pages) {
   uint32_t count;
   if (!r.u32(&count)) return Status::malformed("write notices: truncated count");
-  // Each record takes at least 12 bytes: refuse counts the payload cannot hold.
-  if (count > r.left() / 12) return Status::malformed("write notices: count exceeds the payload");
+  // Each record takes at least 16 bytes: refuse counts the payload cannot hold.
+  if (count > r.left() / 16) return Status::malformed("write notices: count exceeds the payload");
   std::vector<Record> out(count);
   for (Record& rec : out) {
     uint32_t n;
-    if (!r.u32(&rec.writer) || !r.u32(&rec.interval) || !r.u32(&n))
+    if (!r.u32(&rec.writer) || !r.u32(&rec.interval) || !r.u32(&rec.lamport) || !r.u32(&n))
       return Status::malformed("write notices: truncated record");
     if (rec.writer >= nodes || rec.interval == 0)
       return Status::malformed(
@@ -88,6 +90,7 @@ bool NoticeStore::add(Record record) {
              "in the vector time); store: {}",
              w, record.interval, w, known_[w], to_string());
   known_[w] = record.interval;
+  clock_ = std::max(clock_, record.lamport);
   per_writer_[w].push_back(std::move(record));
   return true;
 }

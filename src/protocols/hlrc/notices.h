@@ -9,8 +9,13 @@
 // NoticeStore keeps the records a node knows, to forward them to later acquirers, and drops
 // those every node is known to hold (gc()). It is a plain data structure: the owner locks it.
 //
+// Each record also carries a Lamport timestamp: a node stamps a new interval with one more than
+// the largest stamp it has stored, so an interval that happens before another has a smaller
+// stamp. Protocols that apply diffs from several writers (lrc_mw) order them by it.
+//
 // Wire format of a record set (lock grants, barrier arrivals and releases):
-//   u32 count, then per record: u32 writer, u32 interval, u32 npages, u64 page[npages]
+//   u32 count, then per record: u32 writer, u32 interval, u32 lamport, u32 npages,
+//   u64 page[npages]
 #pragma once
 
 #include <cstdint>
@@ -27,7 +32,14 @@ using VectorTime = std::vector<uint32_t>;
 struct Record {
   uint32_t writer = 0;
   uint32_t interval = 0;
+  uint32_t lamport = 0;
   std::vector<uint64_t> pages;
+};
+
+// The label of the interval a node is about to close: its number and Lamport timestamp.
+struct IntervalStamp {
+  uint32_t interval = 0;
+  uint32_t lamport = 0;
 };
 
 // Appends little-endian integers to a byte vector / reads them back with bounds checks.
@@ -74,6 +86,8 @@ class NoticeStore {
 
   const VectorTime& known() const { return known_; }
   const VectorTime& floor() const { return floor_; }
+  // The largest Lamport timestamp of any record added.
+  uint32_t clock() const { return clock_; }
 
   // Adds a record. Returns false if it was already known. A record beyond known()+1 of its
   // writer (a gap) is a broken invariant and aborts.
@@ -94,6 +108,7 @@ class NoticeStore {
   std::vector<std::vector<Record>> per_writer_;
   VectorTime known_;
   VectorTime floor_;
+  uint32_t clock_ = 0;
 };
 
 }  // namespace loom::protocols::hlrc

@@ -115,23 +115,22 @@ std::string OwnerProtocol::dump_page(PageId page) {
 }
 
 CounterList OwnerProtocol::counter_list() const {
-  auto v = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   const Counters& c = counters_;
-  return {{"read_faults", v(c.read_faults)},
-          {"write_faults", v(c.write_faults)},
-          {"refaults", v(c.refaults)},
-          {"requests_sent", v(c.requests_sent)},
-          {"requests_forwarded", v(c.requests_forwarded)},
-          {"requests_queued", v(c.requests_queued)},
-          {"copies_sent", v(c.copies_sent)},
-          {"ownership_transfers", v(c.ownership_transfers)},
-          {"invalidation_rounds", v(c.invalidation_rounds)},
-          {"invalidations_sent", v(c.invalidations_sent)},
-          {"invalidations_received", v(c.invalidations_received)},
-          {"stale_copies", v(c.stale_copies)},
-          {"release_rounds", v(c.release_rounds)},
-          {"fault_ns", v(c.fault_ns)},
-          {"fetch_wait_ns", v(c.fetch_wait_ns)}};
+  return {{"read_faults", relaxed(c.read_faults)},
+          {"write_faults", relaxed(c.write_faults)},
+          {"refaults", relaxed(c.refaults)},
+          {"requests_sent", relaxed(c.requests_sent)},
+          {"requests_forwarded", relaxed(c.requests_forwarded)},
+          {"requests_queued", relaxed(c.requests_queued)},
+          {"copies_sent", relaxed(c.copies_sent)},
+          {"ownership_transfers", relaxed(c.ownership_transfers)},
+          {"invalidation_rounds", relaxed(c.invalidation_rounds)},
+          {"invalidations_sent", relaxed(c.invalidations_sent)},
+          {"invalidations_received", relaxed(c.invalidations_received)},
+          {"stale_copies", relaxed(c.stale_copies)},
+          {"release_rounds", relaxed(c.release_rounds)},
+          {"fault_ns", relaxed(c.fault_ns)},
+          {"fetch_wait_ns", relaxed(c.fetch_wait_ns)}};
 }
 
 // --- Helpers (stripe lock held) -------------------------------------------------------------

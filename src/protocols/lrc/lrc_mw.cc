@@ -1,0 +1,341 @@
+#include "protocols/lrc/lrc_mw.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <tuple>
+
+#include "base/log.h"
+#include "memory/diff.h"
+
+namespace loom::protocols::lrc {
+
+using memory::kPageBytes;
+using memory::PageEntry;
+using memory::PageId;
+using memory::Prot;
+
+namespace {
+
+uint8_t st(PageState s) { return static_cast<uint8_t>(s); }
+
+const char* state_name(uint8_t s) {
+  switch (static_cast<PageState>(s)) {
+    case PageState::kUnknown:
+      return "unknown";
+    case PageState::kInvalid:
+      return "invalid";
+    case PageState::kReadOnly:
+      return "read-only";
+    case PageState::kWritable:
+      return "writable";
+  }
+  return "?";
+}
+
+// Diff request: which of the writer's diffs of a page the requester lacks.
+struct DiffRequest {
+  uint64_t page;
+  uint32_t after;    // the requester has the writer's diffs up to this interval
+  uint32_t through;  // and needs them up to this one (a notice named the page in it)
+};
+static_assert(sizeof(DiffRequest) == 16);
+
+// Pages handled under one set of stripe locks.
+constexpr size_t kStripeBatch = 32;
+
+}  // namespace
+
+LrcMw::LrcMw(const Core& core)
+    : comm_(core.comm),
+      frames_(core.frames),
+      table_(core.table),
+      id_(core.id),
+      me_(core.comm.rank()),
+      nodes_(core.comm.size()),
+      kDiffRequest(core.msg(0)) {}
+
+LrcMw::~LrcMw() = default;
+
+Status LrcMw::register_messages() {
+  return comm_.registry().add(
+      kDiffRequest, "lrc_mw.diff_request",
+      [this](comm::Incoming& in) { return on_diff_request(in); },
+      [](std::span<const std::byte> p) {
+        DiffRequest r{};
+        if (p.size() == sizeof r) std::memcpy(&r, p.data(), sizeof r);
+        return fmt::format("page={} after={} through={}", r.page, r.after, r.through);
+      });
+}
+
+CounterList LrcMw::counter_list() const {
+  const Counters& c = counters_;
+  return {{"read_faults", relaxed(c.read_faults)},
+          {"write_faults", relaxed(c.write_faults)},
+          {"twins", relaxed(c.twins)},
+          {"diffs_created", relaxed(c.diffs_created)},
+          {"diff_bytes", relaxed(c.diff_bytes)},
+          {"diff_requests", relaxed(c.diff_requests)},
+          {"diffs_fetched", relaxed(c.diffs_fetched)},
+          {"diff_bytes_fetched", relaxed(c.diff_bytes_fetched)},
+          {"invalidations", relaxed(c.invalidations)},
+          {"diffs_stored", relaxed(c.diffs_stored)},
+          {"diff_bytes_stored", relaxed(c.diff_bytes_stored)},
+          {"fault_ns", relaxed(c.fault_ns)},
+          {"fetch_wait_ns", relaxed(c.fetch_wait_ns)}};
+}
+
+std::string LrcMw::dump_page(PageId page) {
+  PageEntry* e = table_.find(page);
+  if (e == nullptr) return fmt::format("page {}: no entry", page);
+  return fmt::format(
+      "page {} on node {} (lrc_mw): state={} prot={} fetching={} dirty={} twin={} version={} "
+      "required={}",
+      page, me_, state_name(e->state), memory::prot_name(e->prot), e->fetching, e->in_dirty_list,
+      e->twin != nullptr, e->version.to_string(), e->required.to_string());
+}
+
+void LrcMw::add_dirty(PageId page, PageEntry& e) {
+  if (e.in_dirty_list) return;
+  e.in_dirty_list = true;
+  MutexLock l(dirty_mu_);
+  dirty_.push_back(page);
+}
+
+// --- Faults ---------------------------------------------------------------------------------
+
+bool LrcMw::on_fault(void* addr, bool is_write) {
+  const int64_t t0 = comm::now_ns();
+  const PageId page = frames_.page_of(addr);
+  PageEntry& e = table_.at(page);
+  (is_write ? counters_.write_faults : counters_.read_faults)
+      .fetch_add(1, std::memory_order_relaxed);
+  bool need_fetch = false;
+  {
+    MutexLock l(table_.lock_of(page));
+    e.protocol = id_;
+    for (;;) {
+      if (is_write ? e.prot == Prot::kReadWrite : e.prot != Prot::kNone) {
+        // Another thread handled the page meanwhile, or the view was collapsed.
+        counters_.refaults.fetch_add(1, std::memory_order_relaxed);
+        frames_.protect(page, 1, e.prot);
+        break;
+      }
+      if (e.fetching) {  // another thread of this node fetches it: one fetch serves both
+        table_.cv_of(page).wait(table_.lock_of(page));
+        continue;
+      }
+      if (e.state == st(PageState::kReadOnly)) {
+        // First write in this interval: twin, then open for writing.
+        LOOM_CHECK(is_write, "read fault on a readable copy: {}", dump_page(page));
+        e.twin.reset(new std::byte[kPageBytes]);
+        std::memcpy(e.twin.get(), frames_.sys_page(page), kPageBytes);
+        counters_.twins.fetch_add(1, std::memory_order_relaxed);
+        e.state = st(PageState::kWritable);
+        e.prot = Prot::kReadWrite;
+        add_dirty(page, e);
+        frames_.protect(page, 1, e.prot);
+        break;
+      }
+      LOOM_CHECK(e.state == st(PageState::kUnknown) || e.state == st(PageState::kInvalid),
+                 "fault in an impossible state: {}", dump_page(page));
+      e.fetching = true;
+      need_fetch = true;
+      break;
+    }
+  }
+  bool ok = !need_fetch || fetch(page, is_write);
+  counters_.fault_ns.fetch_add(comm::now_ns() - t0, std::memory_order_relaxed);
+  return ok;
+}
+
+bool LrcMw::fetch(PageId page, bool is_write) {
+  PageEntry& e = table_.at(page);
+  for (;;) {
+    // Which writers have diffs this copy lacks.
+    std::vector<std::pair<comm::NodeId, DiffRequest>> asks;
+    {
+      MutexLock l(table_.lock_of(page));
+      for (const auto& [writer, through] : e.required.entries()) {
+        uint32_t have = e.version.get(writer);
+        if (writer != me_ && through > have) asks.push_back({writer, {page, have, through}});
+      }
+    }
+    // Ask them all at once, then wait for every reply.
+    std::vector<std::unique_ptr<comm::Comm::Request>> reqs;
+    const int64_t w0 = comm::now_ns();
+    for (const auto& [writer, r] : asks) {
+      reqs.push_back(std::make_unique<comm::Comm::Request>());
+      Status s = comm_.start_request(writer, kDiffRequest, comm::as_bytes_of(r), reqs.back().get());
+      LOOM_CHECK(s.is_ok(), "asking node {} for its diffs of page {}: {}", writer, page,
+                 s.to_string());
+    }
+    std::vector<Fetched> diffs;
+    for (size_t k = 0; k < asks.size(); ++k) {
+      const comm::NodeId writer = asks[k].first;
+      const DiffRequest& r = asks[k].second;
+      const Status& s = comm_.wait(reqs[k]->done);
+      LOOM_CHECK(s.is_ok(), "diffs of page {} from node {}: {}", page, writer, s.to_string());
+      ByteReader rd(reqs[k]->reply.span());
+      uint32_t count = 0, last = 0;
+      bool ok = rd.u32(&count);
+      for (uint32_t i = 0; ok && i < count; ++i) {
+        Fetched f{writer, 0, 0, {}};
+        uint32_t len = 0;
+        ok = rd.u32(&f.interval) && rd.u32(&f.lamport) && rd.u32(&len) && rd.bytes(len, &f.bytes) &&
+             f.interval > std::max(last, r.after) && f.interval <= r.through;
+        last = f.interval;
+        if (ok) diffs.push_back(f);
+      }
+      LOOM_CHECK(ok && rd.left() == 0, "malformed diff reply for page {} from node {}", page,
+                 writer);
+      // A notice named the page in interval `through`: its writer must have a diff for it.
+      LOOM_CHECK(last == r.through,
+                 "node {} has no diff of page {} for interval {} that a write notice names "
+                 "(newest sent: {}): {}",
+                 writer, page, r.through, last, dump_page(page));
+      counters_.diff_requests.fetch_add(1, std::memory_order_relaxed);
+    }
+    counters_.fetch_wait_ns.fetch_add(comm::now_ns() - w0, std::memory_order_relaxed);
+    // Lamport order extends happens-before; concurrent diffs touch different bytes.
+    std::sort(diffs.begin(), diffs.end(), [](const Fetched& a, const Fetched& b) {
+      return std::tie(a.lamport, a.writer, a.interval) < std::tie(b.lamport, b.writer, b.interval);
+    });
+
+    MutexLock l(table_.lock_of(page));
+    std::byte* sys = frames_.sys_page(page);
+    for (const Fetched& f : diffs) {
+      Status s = memory::diff_apply(f.bytes, sys);
+      LOOM_CHECK(s.is_ok(), "diff ({}, {}) of page {}: {}: {}", f.writer, f.interval, page,
+                 s.to_string(), dump_page(page));
+      // Unreleased local writes stay out of the twin: the next diff holds only them.
+      if (e.twin != nullptr) (void)memory::diff_apply(f.bytes, e.twin.get());
+      counters_.diffs_fetched.fetch_add(1, std::memory_order_relaxed);
+      counters_.diff_bytes_fetched.fetch_add(f.bytes.size(), std::memory_order_relaxed);
+    }
+    for (const auto& [writer, r] : asks) e.version.raise(writer, r.through);
+    if (!e.version.covers(e.required)) continue;  // new notices arrived meanwhile: fetch those
+    if (e.twin != nullptr) {
+      e.state = st(PageState::kWritable);  // local writes of this interval survive
+      e.prot = Prot::kReadWrite;
+    } else if (is_write) {
+      e.twin.reset(new std::byte[kPageBytes]);
+      std::memcpy(e.twin.get(), sys, kPageBytes);
+      counters_.twins.fetch_add(1, std::memory_order_relaxed);
+      e.state = st(PageState::kWritable);
+      e.prot = Prot::kReadWrite;
+      add_dirty(page, e);
+    } else {
+      e.state = st(PageState::kReadOnly);
+      e.prot = Prot::kRead;
+    }
+    e.fetching = false;
+    frames_.protect(page, 1, e.prot);
+    table_.notify(page);
+    return true;
+  }
+}
+
+// --- Release and acquire --------------------------------------------------------------------
+
+void LrcMw::close_interval(const IntervalStamp& next, std::vector<PageId>* written) {
+  std::vector<PageId> pages;
+  {
+    MutexLock l(dirty_mu_);
+    pages.swap(dirty_);
+  }
+  std::sort(pages.begin(), pages.end());
+  for (size_t b0 = 0; b0 < pages.size(); b0 += kStripeBatch) {
+    std::vector<PageId> batch(
+        pages.begin() + static_cast<ptrdiff_t>(b0),
+        pages.begin() + static_cast<ptrdiff_t>(std::min(pages.size(), b0 + kStripeBatch)));
+    memory::PageTable::StripeSet locks(table_, batch);
+    // Write-protect first: a local thread writing meanwhile faults and waits for the stripe, so
+    // each diff holds every write of this interval and none of the next.
+    std::vector<PageId> open;
+    for (PageId p : batch)
+      if (table_.at(p).prot == Prot::kReadWrite) open.push_back(p);
+    protect_runs(frames_, open, Prot::kRead);
+    for (PageId p : batch) {
+      PageEntry& e = table_.at(p);
+      e.in_dirty_list = false;
+      if (e.state == st(PageState::kWritable)) {
+        e.state = st(PageState::kReadOnly);
+        e.prot = Prot::kRead;
+      }
+      if (e.twin == nullptr) continue;
+      std::vector<std::byte> diff;
+      size_t n = memory::diff_create(e.twin.get(), frames_.sys_page(p), &diff);
+      e.twin.reset();
+      if (n == 0) continue;  // written back to what it was: nothing to announce
+      e.version.raise(me_, next.interval);
+      counters_.diffs_created.fetch_add(1, std::memory_order_relaxed);
+      counters_.diff_bytes.fetch_add(n, std::memory_order_relaxed);
+      counters_.diffs_stored.fetch_add(1, std::memory_order_relaxed);
+      counters_.diff_bytes_stored.fetch_add(n, std::memory_order_relaxed);
+      {
+        MutexLock d(diffs_mu_);
+        diffs_[p].push_back({next.interval, next.lamport, std::move(diff)});
+      }
+      written->push_back(p);
+    }
+  }
+}
+
+void LrcMw::invalidate(std::vector<PageId> pages) {
+  std::sort(pages.begin(), pages.end());
+  for (size_t b0 = 0; b0 < pages.size(); b0 += kStripeBatch) {
+    std::vector<PageId> batch(
+        pages.begin() + static_cast<ptrdiff_t>(b0),
+        pages.begin() + static_cast<ptrdiff_t>(std::min(pages.size(), b0 + kStripeBatch)));
+    memory::PageTable::StripeSet locks(table_, batch);
+    std::vector<PageId> close;
+    for (PageId p : batch) {
+      PageEntry& e = table_.at(p);
+      if (e.version.covers(e.required)) continue;
+      if (e.state == st(PageState::kReadOnly) || e.state == st(PageState::kWritable)) {
+        e.state = st(PageState::kInvalid);  // a twin, if any, stays (see fetch)
+        e.prot = Prot::kNone;
+        close.push_back(p);
+        counters_.invalidations.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    protect_runs(frames_, close, Prot::kNone);
+  }
+}
+
+// --- Writer side ----------------------------------------------------------------------------
+
+Status LrcMw::on_diff_request(comm::Incoming& in) {
+  Result<DiffRequest> r = in.as<DiffRequest>();
+  if (!r) return r.status();
+  if (r->page >= frames_.num_pages() || r->after >= r->through)
+    return Status::malformed(
+        fmt::format("diff request: page {} intervals ({}, {}]", r->page, r->after, r->through));
+  std::vector<std::byte> out;
+  ByteWriter w(&out);
+  w.u32(0);  // count, patched below
+  uint32_t count = 0;
+  {
+    MutexLock d(diffs_mu_);
+    auto it = diffs_.find(r->page);
+    if (it != diffs_.end()) {
+      const std::vector<StoredDiff>& v = it->second;
+      auto first = std::upper_bound(
+          v.begin(), v.end(), r->after,
+          [](uint32_t after, const StoredDiff& sd) { return after < sd.interval; });
+      for (auto k = first; k != v.end() && k->interval <= r->through; ++k, ++count) {
+        w.u32(k->interval);
+        w.u32(k->lamport);
+        w.u32(static_cast<uint32_t>(k->bytes.size()));
+        w.bytes(k->bytes);
+      }
+    }
+  }
+  w.patch_u32(0, count);
+  return comm_.reply(in.reply_to(), out);
+}
+
+}  // namespace loom::protocols::lrc

@@ -1,0 +1,102 @@
+// lrc_mw: TreadMarks-style lazy release consistency, lazy invalidate, multiple writers, no home.
+// docs/protocols/lrc_mw.md has the state table and message formats; in short:
+//
+//   - No page has a home or an owner. Every node keeps its own copy, and a copy is brought up
+//     to date by applying *diffs*, which stay at the node that made them.
+//   - A write to a valid copy makes a twin. At a release the node closes its interval (the
+//     notice core labels it with its number and a Lamport timestamp), diffs each written page
+//     against its twin, keeps the diff under that label, and names the page in the interval's
+//     write notice (Protocol::close_interval). Nothing is sent.
+//   - Write notices travel with synchronization like HLRC's. An acquire raises the named pages'
+//     PageEntry::required and invalidates copies that lack those writes
+//     (Protocol::invalidate); the copy's contents stay.
+//   - A fault on an invalid copy asks every writer w with required[w] > version[w] for its
+//     diffs of the page in (version[w], required[w]] (in parallel, one request per writer),
+//     and applies them in Lamport order, which extends happens-before: diffs of intervals that
+//     are ordered are applied in that order; concurrent ones touch different bytes in a
+//     data-race-free program. A page never used here starts as zeros (allocations are zeroed).
+//   - A copy invalidated while it holds unreleased local writes keeps its twin; the fetched
+//     diffs go into the copy and the twin, so the next release's diff holds only local writes.
+//
+// Diffs are kept until the end of the job (diff garbage collection is not implemented yet:
+// `diff_bytes_stored` in the counters shows what they take).
+//
+// Threads: on_fault(), close_interval(), invalidate() on application threads (on_fault waits
+// for replies); the diff-request handler never waits and reads only the stored diffs.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "protocols/protocol.h"
+
+namespace loom::protocols::lrc {
+
+// Page states (PageEntry::state).
+enum class PageState : uint8_t {
+  kUnknown = 0,   // never used here: zeros plus every diff named by `required`
+  kInvalid = 1,   // stale copy (may keep a twin: unreleased local writes)
+  kReadOnly = 2,  // valid copy, clean
+  kWritable = 3,  // valid copy with a twin, written in the current interval
+};
+
+struct Counters {
+  std::atomic<uint64_t> read_faults{0}, write_faults{0}, refaults{0}, twins{0}, diffs_created{0},
+      diff_bytes{0}, diff_requests{0}, diffs_fetched{0}, diff_bytes_fetched{0}, invalidations{0},
+      diffs_stored{0}, diff_bytes_stored{0}, fault_ns{0}, fetch_wait_ns{0};
+};
+
+class LrcMw final : public Protocol {
+ public:
+  explicit LrcMw(const Core& core);
+  ~LrcMw() override;
+
+  Status register_messages() override;
+  bool on_fault(void* addr, bool is_write) override;
+  void release() override {}  // the work is in close_interval()
+  void acquire() override {}  // invalidations come through invalidate()
+  void close_interval(const IntervalStamp& next, std::vector<memory::PageId>* written) override;
+  void invalidate(std::vector<memory::PageId> pages) override;
+  CounterList counter_list() const override;
+  std::string dump_page(memory::PageId page) override;
+
+  const Counters& counters() const { return counters_; }
+
+ private:
+  struct StoredDiff {
+    uint32_t interval;
+    uint32_t lamport;
+    std::vector<std::byte> bytes;
+  };
+  // A diff fetched for a fault, with the label that orders it.
+  struct Fetched {
+    uint32_t writer, interval, lamport;
+    std::span<const std::byte> bytes;  // into one of the reply buffers
+  };
+
+  bool fetch(memory::PageId page, bool is_write);
+  void add_dirty(memory::PageId page, memory::PageEntry& e) EXCLUDES(dirty_mu_);
+  Status on_diff_request(comm::Incoming& in);
+
+  comm::Comm& comm_;
+  memory::PageFrames& frames_;
+  memory::PageTable& table_;
+  const ProtocolId id_;
+  const comm::NodeId me_;
+  const uint32_t nodes_;
+  const comm::MsgType kDiffRequest;
+  mutable Counters counters_;
+
+  // Pages written in the current interval.
+  Mutex dirty_mu_;
+  std::vector<memory::PageId> dirty_ GUARDED_BY(dirty_mu_);
+
+  // This node's diffs, per page in interval order. Taken after a stripe lock, never before.
+  Mutex diffs_mu_;
+  std::unordered_map<memory::PageId, std::vector<StoredDiff>> diffs_ GUARDED_BY(diffs_mu_);
+};
+
+}  // namespace loom::protocols::lrc
