@@ -443,6 +443,8 @@ const std::vector<MutantInfo>& mutants() {
        Mutant::kNoVersionWait},
       {"drop_local_writes", "a re-fetched copy loses its unreleased local writes",
        Mutant::kDropLocalWrites},
+      {"lrc_reverse_order", "lrc_mw applies fetched diffs in reverse happens-before order",
+       Mutant::kNone, protocols::lrc::Mutant::kReverseOrder, "lrc_mw"},
   };
   return m;
 }

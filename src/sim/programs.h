@@ -45,6 +45,8 @@ struct MutantInfo {
   std::string name;
   std::string what;
   protocols::hlrc::Hlrc::Options::Mutant mutant;
+  protocols::lrc::Mutant lrc = protocols::lrc::Mutant::kNone;
+  std::string protocol = "hlrc";  // the protocol it breaks
 };
 const std::vector<MutantInfo>& mutants();
 

@@ -119,6 +119,8 @@ Simulation::Simulation(Options options)
       auto pid = static_cast<protocols::ProtocolId>(id);
       protocols::Core core{*node->comm, *node->frames, *node->table, *node->heap, pid, nullptr};
       std::unique_ptr<protocols::Protocol> p = protocols::make_protocol(pid, core);
+      if (auto* lrc = dynamic_cast<protocols::lrc::LrcMw*>(p.get()); lrc != nullptr)
+        lrc->set_mutant(opts_.lrc_mutant);
       protocols::Protocol* raw = p.get();
       node->platform->add(raw, std::move(p));
     }

@@ -31,6 +31,7 @@
 
 #include "memory/heap.h"
 #include "protocols/hlrc/hlrc.h"
+#include "protocols/lrc/lrc_mw.h"
 #include "protocols/platform.h"
 
 namespace loom::sim {
@@ -39,6 +40,7 @@ struct Options {
   uint32_t nodes = 2;
   uint64_t seed = 1;
   protocols::hlrc::Hlrc::Options hlrc;
+  protocols::lrc::Mutant lrc_mutant = protocols::lrc::Mutant::kNone;  // test-only (lrc_mw)
   // The protocol of allocations that name none (protocols/protocol.h).
   std::string protocol = "hlrc";
   uint32_t lock_fairness = 4;

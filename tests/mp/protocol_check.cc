@@ -35,6 +35,7 @@
 #include "loom/loom.h"
 #include "loom/loom.hpp"
 #include "mp_util.h"
+#include "protocols/protocol.h"
 #include "runtime/runtime.h"
 
 namespace {
@@ -287,6 +288,29 @@ int badname() {
 
 }  // namespace
 
+// --- A malformed protocol message ----------------------------------------------------------
+
+// Node 1 sends node 0 the first message type of `protocol` (its page request) naming a page far
+// outside the region; node 0 must stop the job naming the problem.
+int malformed(const std::string& protocol) {
+  loom::runtime::Runtime& r = loom::runtime::current();
+  const loom::protocols::ProtocolId id = loom::protocols::protocol_id(protocol);
+  if (id == loom::memory::kProtocolUnknown) fail("no protocol " + protocol);
+  // note: every node registered its message types before the start-up barrier.
+  const auto type = static_cast<loom::comm::MsgType>(loom::comm::msg_range::kProtocols +
+                                                     id * loom::protocols::kMsgTypesPerProtocol);
+  if (me() == 1) {
+    struct {
+      uint64_t page;
+      uint32_t a, b;
+    } m{uint64_t{1} << 40, 0, 1};
+    (void)r.comm().send(0, type, loom::comm::as_bytes_of(m));
+  }
+  // Everyone waits; node 0 must stop the job, and every node must exit non-zero.
+  std::this_thread::sleep_for(std::chrono::seconds(20));
+  fail("the malformed message did not stop the job");
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: protocol_check MODE ARGS (see the source)\n");
@@ -300,6 +324,7 @@ int main(int argc, char** argv) {
   if (mode == "atomics") return atomics(arg(2), arg(3));
   if (mode == "mixed") return mixed(arg(2), arg(3));
   if (mode == "badname") return badname();
+  if (mode == "malformed") return malformed(argc > 2 ? argv[2] : "");
   std::fprintf(stderr, "protocol_check: unknown mode %s\n", mode.c_str());
   return 2;
 }

@@ -265,7 +265,11 @@ int main(int argc, char** argv) {
     const MutantInfo* m = find_mutant(mutant);
     if (m == nullptr)
       return usage_error(fmt::format("--mutant {}: no such mutant (see --list-mutants)", mutant));
+    if (m->protocol != protocol)
+      return usage_error(fmt::format("--mutant {} breaks {}: add --protocol {}", mutant,
+                                     m->protocol, m->protocol));
     base.hlrc.mutant = m->mutant;
+    base.lrc_mutant = m->lrc;
   }
   if (litmus_name) {
     const auto& names = litmus_names();

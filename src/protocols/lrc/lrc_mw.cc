@@ -203,6 +203,7 @@ bool LrcMw::fetch(PageId page, bool is_write) {
     std::sort(diffs.begin(), diffs.end(), [](const Fetched& a, const Fetched& b) {
       return std::tie(a.lamport, a.writer, a.interval) < std::tie(b.lamport, b.writer, b.interval);
     });
+    if (mutant_ == Mutant::kReverseOrder) std::reverse(diffs.begin(), diffs.end());
 
     MutexLock l(table_.lock_of(page));
     std::byte* sys = frames_.sys_page(page);

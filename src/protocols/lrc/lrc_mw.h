@@ -49,9 +49,17 @@ struct Counters {
       diffs_stored{0}, diff_bytes_stored{0}, fault_ns{0}, fetch_wait_ns{0};
 };
 
+// Test-only: a deliberately broken variant, so that the simulator's consistency checker can be
+// shown to catch it (loom-sim --mutant). Never set outside tests.
+enum class Mutant : uint8_t {
+  kNone,
+  kReverseOrder,  // a fault applies the fetched diffs in reverse Lamport order
+};
+
 class LrcMw final : public Protocol {
  public:
   explicit LrcMw(const Core& core);
+  void set_mutant(Mutant m) { mutant_ = m; }  // before the node starts
   ~LrcMw() override;
 
   Status register_messages() override;
@@ -89,6 +97,7 @@ class LrcMw final : public Protocol {
   const uint32_t nodes_;
   const comm::MsgType kDiffRequest;
   mutable Counters counters_;
+  Mutant mutant_ = Mutant::kNone;
 
   // Pages written in the current interval.
   Mutex dirty_mu_;
