@@ -67,7 +67,11 @@ const ConfigRow kRows[] = {
      "", 4 << 20, INT64_MAX},
     {"PROTOCOL", ConfigType::kString, "hlrc",
      "Consistency protocol of allocations that name none (loomrun --list-protocols): hlrc, "
-     "sc_mrsw, erc_sw, or one the program registers. The same on every node."},
+     "sc_mrsw, erc_sw, lrc_mw, or one the program registers. The same on every node."},
+    {"LRC_GC_BYTES", ConfigType::kSize, "64M",
+     "lrc_mw: when a node keeps this many bytes of diffs, the next barrier asks every node to "
+     "validate its copies, and the barrier after that drops the diffs every node has applied.",
+     "", 1, INT64_MAX},
     {"OWNER_HOLD_US", ConfigType::kInt, "20",
      "sc_mrsw and erc_sw: how long a node keeps a page it got write access to after the thread "
      "that waited for it resumed, before serving requests that queued meanwhile.",

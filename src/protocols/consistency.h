@@ -32,6 +32,17 @@ class Consistency {
   virtual Status store_notices(ByteReader& r) = 0;
   // Every node holds everything up to `floor`.
   virtual void gc(const VectorTime& floor) = 0;
+
+  // Collection of state that needs every node's cooperation (lrc_mw's diffs), driven by
+  // barriers. A barrier arrival says whether this node wants a collection and up to which
+  // vector time it has validated its copies (validated(): an empty vector means nothing); when
+  // some node of an episode wanted one, the release asks every node to collect() (validate its
+  // copies: application thread, may wait), and every release tells every node the element-wise
+  // minimum of what all nodes have validated (drop_validated(): any thread, never waits).
+  virtual bool wants_collection() const { return false; }
+  virtual VectorTime validated() const { return {}; }
+  virtual void collect() {}
+  virtual void drop_validated(const VectorTime& all_validated) { (void)all_validated; }
 };
 
 }  // namespace loom::protocols

@@ -63,6 +63,30 @@ void Platform::acquire() {
   for (Protocol* p : protocols_) p->acquire();
 }
 
+bool Platform::wants_collection() const {
+  for (const Protocol* p : protocols_)
+    if (p->wants_collection()) return true;
+  return false;
+}
+
+VectorTime Platform::validated() const {
+  MutexLock l(validated_mu_);
+  return validated_;
+}
+
+void Platform::collect() {
+  MutexLock c(collect_mu_);
+  // note: what acquires have applied so far; validating afterwards covers at least that.
+  VectorTime t = notices_.applied_time();
+  for (Protocol* p : protocols_) p->validate();
+  MutexLock l(validated_mu_);
+  validated_ = std::move(t);
+}
+
+void Platform::drop_validated(const VectorTime& all_validated) {
+  for (Protocol* p : protocols_) p->drop_validated(all_validated);
+}
+
 std::string Platform::dump_page(memory::PageId page) {
   ProtocolId id = memory::kProtocolUnknown;
   if (memory::PageEntry* e = table_.find(page); e != nullptr) {

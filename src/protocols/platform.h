@@ -54,6 +54,10 @@ class Platform final : public memory::FaultTarget, public Consistency {
   }
   Status store_notices(ByteReader& r) override { return notices_.store_notices(r); }
   void gc(const VectorTime& floor) override { notices_.gc(floor); }
+  bool wants_collection() const override;
+  VectorTime validated() const override;
+  void collect() override;
+  void drop_validated(const VectorTime& all_validated) override;
 
   // The page's protocol state, for fatal errors.
   std::string dump_page(memory::PageId page);
@@ -63,7 +67,10 @@ class Platform final : public memory::FaultTarget, public Consistency {
   memory::PageTable& table_;
   memory::Heap& heap_;
   hlrc::Hlrc& notices_;
-  Mutex release_mu_;  // one release at a time: intervals are per node
+  Mutex release_mu_;                              // one release at a time: intervals are per node
+  Mutex collect_mu_ ACQUIRED_AFTER(release_mu_);  // one collection at a time
+  mutable Mutex validated_mu_;
+  VectorTime validated_ GUARDED_BY(validated_mu_);  // every copy covered these notices
   std::vector<Protocol*> protocols_;
   std::vector<std::unique_ptr<Protocol>> owned_;
 };

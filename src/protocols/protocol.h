@@ -96,6 +96,12 @@ class Protocol {
   // An acquire raised PageEntry::required of these pages of this protocol (write notices named
   // them): invalidate the copies that lack those writes. Application threads. Default: nothing.
   virtual void invalidate(std::vector<memory::PageId> pages) { (void)pages; }
+  // Collection at barriers (Consistency::collect): whether this protocol wants one; bring every
+  // copy this node uses up to the notices applied so far (application thread, may wait); drop
+  // what every node has validated up to `all_validated` (never waits). Defaults: nothing.
+  virtual bool wants_collection() const { return false; }
+  virtual void validate() {}
+  virtual void drop_validated(const VectorTime& all_validated) { (void)all_validated; }
 
   virtual CounterList counter_list() const { return {}; }
   // One line about `page` for fatal errors.

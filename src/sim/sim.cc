@@ -119,8 +119,10 @@ Simulation::Simulation(Options options)
       auto pid = static_cast<protocols::ProtocolId>(id);
       protocols::Core core{*node->comm, *node->frames, *node->table, *node->heap, pid, nullptr};
       std::unique_ptr<protocols::Protocol> p = protocols::make_protocol(pid, core);
-      if (auto* lrc = dynamic_cast<protocols::lrc::LrcMw*>(p.get()); lrc != nullptr)
+      if (auto* lrc = dynamic_cast<protocols::lrc::LrcMw*>(p.get()); lrc != nullptr) {
         lrc->set_mutant(opts_.lrc_mutant);
+        if (opts_.lrc_gc_bytes != 0) lrc->set_gc_bytes(opts_.lrc_gc_bytes);
+      }
       protocols::Protocol* raw = p.get();
       node->platform->add(raw, std::move(p));
     }

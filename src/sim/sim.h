@@ -41,6 +41,7 @@ struct Options {
   uint64_t seed = 1;
   protocols::hlrc::Hlrc::Options hlrc;
   protocols::lrc::Mutant lrc_mutant = protocols::lrc::Mutant::kNone;  // test-only (lrc_mw)
+  uint64_t lrc_gc_bytes = 0;  // lrc_mw: LOOM_LRC_GC_BYTES (0: its default)
   // The protocol of allocations that name none (protocols/protocol.h).
   std::string protocol = "hlrc";
   uint32_t lock_fairness = 4;

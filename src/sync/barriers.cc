@@ -11,8 +11,21 @@ using protocols::ByteWriter;
 using protocols::VectorTime;
 namespace hl = protocols::hlrc;
 
-// Arrival:  u64 id, u32 count, u32 pad, u64 episode, vt, record set
-// Release:  u64 id, u64 episode, vt (release), u32 has_floor, [vt floor], record set
+// Arrival:  u64 id, u32 count, u32 flags, u64 episode, vt, vt validated, record set
+// Release:  u64 id, u64 episode, vt (release), u32 has_floor, [vt floor], u32 flags,
+//           vt all_validated, record set
+// flags bit 0: arrival: this node wants a collection; release: every node collects.
+namespace {
+constexpr uint32_t kFlagCollect = 1;
+
+// The node's validated vector time, as sent: zeros when it never validated.
+VectorTime validated_or_zero(const protocols::Consistency& c, uint32_t nodes) {
+  VectorTime v = c.validated();
+  if (v.size() != nodes) v.assign(nodes, 0);
+  return v;
+}
+}  // namespace
+
 BarrierService::BarrierService(comm::Comm& comm, protocols::Consistency& consistency,
                                uint64_t num_pages)
     : comm_(comm),
@@ -51,9 +64,10 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
     ByteWriter bw(&payload);
     bw.u64(id);
     bw.u32(count);
-    bw.u32(0);
+    bw.u32(consistency_.wants_collection() ? kFlagCollect : 0);
     bw.u64(nb.episode);
     hl::write_vt(bw, consistency_.vector_time());
+    hl::write_vt(bw, validated_or_zero(consistency_, nodes_));
     consistency_.write_notices_for(nb.base, bw);
   }
   counters_.waits.fetch_add(1, std::memory_order_relaxed);
@@ -71,19 +85,25 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
   LOOM_CHECK(s.is_ok(), "barrier {:#x}: {}", id, s.to_string());
   counters_.wait_ns.fetch_add(comm::now_ns() - t0, std::memory_order_relaxed);
   consistency_.acquire();
+  if (w.collect) {
+    consistency_.collect();
+    counters_.collections.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 Status BarrierService::on_arrive(comm::NodeId src, std::span<const std::byte> payload) {
   ByteReader r(payload);
   uint64_t id, episode;
-  uint32_t count, pad;
-  if (!r.u64(&id) || !has_tag(id, kBarrierTag) || !r.u32(&count) || !r.u32(&pad) ||
-      !r.u64(&episode))
+  uint32_t count, flags;
+  if (!r.u64(&id) || !has_tag(id, kBarrierTag) || !r.u32(&count) || !r.u32(&flags) ||
+      !r.u64(&episode) || (flags & ~kFlagCollect) != 0)
     return Status::malformed("barrier arrival: bad header");
   if (manager_of(id, nodes_) != me_)
     return Status::malformed("barrier arrival sent to a non-manager");
   Result<VectorTime> vt = hl::read_vt(r, nodes_);
   if (!vt) return vt.status();
+  Result<VectorTime> validated = hl::read_vt(r, nodes_);
+  if (!validated) return validated.status();
   Result<std::vector<hl::Record>> recs = hl::read_records(r, nodes_, num_pages_);
   if (!recs) return recs.status();
 
@@ -96,6 +116,8 @@ Status BarrierService::on_arrive(comm::NodeId src, std::span<const std::byte> pa
       m.count = count;
       m.from.assign(nodes_, false);
       m.max_vt.assign(nodes_, 0);
+      m.collect = false;
+      m.min_validated = *validated;
     }
     if (count != m.count)
       log::die(3, fmt::format("barrier {:#x}: node {} waits for {} arrivals, others for {}; every "
@@ -105,7 +127,11 @@ Status BarrierService::on_arrive(comm::NodeId src, std::span<const std::byte> pa
                src, episode, m.episode);
     ++m.arrived;
     m.from[src] = true;
-    for (uint32_t w = 0; w < nodes_; ++w) m.max_vt[w] = std::max(m.max_vt[w], (*vt)[w]);
+    for (uint32_t w = 0; w < nodes_; ++w) {
+      m.max_vt[w] = std::max(m.max_vt[w], (*vt)[w]);
+      m.min_validated[w] = std::min(m.min_validated[w], (*validated)[w]);
+    }
+    m.collect = m.collect || (flags & kFlagCollect) != 0;
     for (hl::Record& rec : *recs) {
       auto key = std::make_pair(rec.writer, rec.interval);
       m.records.try_emplace(key, std::move(rec));
@@ -128,6 +154,8 @@ Status BarrierService::on_arrive(comm::NodeId src, std::span<const std::byte> pa
     hl::write_vt(w, m.max_vt);
     w.u32(m.has_prev ? 1 : 0);
     if (m.has_prev) hl::write_vt(w, m.prev_vt);
+    w.u32(m.collect ? kFlagCollect : 0);
+    hl::write_vt(w, m.min_validated);
     std::vector<const hl::Record*> all;
     all.reserve(m.records.size());
     for (const auto& [k, rec] : m.records) all.push_back(&rec);
@@ -167,6 +195,11 @@ Status BarrierService::on_release(std::span<const std::byte> payload) {
     if (!f) return f.status();
     floor = std::move(*f);
   }
+  uint32_t flags;
+  if (!r.u32(&flags) || (flags & ~kFlagCollect) != 0)
+    return Status::malformed("barrier release: bad flags");
+  Result<VectorTime> all_validated = hl::read_vt(r, nodes_);
+  if (!all_validated) return all_validated.status();
   // Store the notices before any waiter runs.
   if (Status s = consistency_.store_notices(r); !s) return s;
   if (r.left() != 0) return Status::malformed("barrier release: trailing bytes");
@@ -183,6 +216,9 @@ Status BarrierService::on_release(std::span<const std::byte> payload) {
   }
   // Every node holds the notices up to the previous episode's release: drop them.
   if (has_floor) consistency_.gc(floor);
+  // Every node has validated its copies up to all_validated: what lies below is not needed.
+  consistency_.drop_validated(*all_validated);
+  if ((flags & kFlagCollect) != 0 && !wake.empty()) wake.front()->collect = true;
   for (Waiter* w : wake) w->done.complete(Status::ok());
   return Status::ok();
 }

@@ -31,7 +31,7 @@
 namespace loom::sync {
 
 struct BarrierCounters {
-  std::atomic<uint64_t> waits{0}, episodes_managed{0}, wait_ns{0};
+  std::atomic<uint64_t> waits{0}, episodes_managed{0}, wait_ns{0}, collections{0};
 };
 
 class BarrierService {
@@ -51,6 +51,7 @@ class BarrierService {
  private:
   struct Waiter {
     comm::Completion done;
+    bool collect = false;  // the release asks this node to collect (one waiter per node)
   };
   struct NodeBarrier {
     uint64_t episode = 0;
@@ -66,6 +67,8 @@ class BarrierService {
     std::map<std::pair<uint32_t, uint32_t>, protocols::hlrc::Record> records;
     protocols::VectorTime prev_vt;  // the previous episode's release vector time
     bool has_prev = false;
+    bool collect = false;                 // some arrival of this episode wants a collection
+    protocols::VectorTime min_validated;  // element-wise minimum over the arrivals
   };
 
   Status on_arrive(comm::NodeId src, std::span<const std::byte> payload);

@@ -2,7 +2,7 @@
 // process, deterministically (docs/sim.md).
 //
 //   loom-sim --check K [--seed S] [--schedules M] [--protocol P] [--mutant NAME] [--litmus NAME]
-//            [--trace]
+//            [--lrc-gc-bytes B] [--trace]
 //       checks K programs (seeds S, S+1, ...: random data-race-free programs and litmus tests),
 //       each under M schedules, with the consistency checker; exit 0 only if there was no
 //       violation.
@@ -202,6 +202,7 @@ int main(int argc, char** argv) {
   uint32_t nodes = 0;
   bool json = false, trace = false, list_scenarios = false, list_mutants = false,
        list_litmus = false, no_prefetch = false;
+  uint64_t lrc_gc_bytes = 0;
   app.add_option("--check", check, "Check K programs with the consistency checker")
       ->option_text("K");
   app.add_option("--seed", seed, "First seed (programs use seed, seed+1, ...)")->option_text("S");
@@ -228,6 +229,10 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "Print one JSON object");
   app.add_flag("--no-prefetch", no_prefetch,
                "Do not prefetch invalidated pages at acquires (LOOM_PREFETCH=0)");
+  app.add_option("--lrc-gc-bytes", lrc_gc_bytes,
+                 "lrc_mw: diff bytes a node keeps before asking for a collection "
+                 "(LOOM_LRC_GC_BYTES; 1: at every barrier)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--trace", trace, "Print every event of the run (stderr)");
   app.add_flag("--list-scenarios", list_scenarios, "List the scenarios");
   app.add_flag("--list-mutants", list_mutants, "List the protocol mutants");
@@ -261,6 +266,7 @@ int main(int argc, char** argv) {
   base.print_trace = trace;
   base.protocol = protocol;
   base.hlrc.prefetch = !no_prefetch;
+  base.lrc_gc_bytes = lrc_gc_bytes;
   if (!mutant.empty()) {
     const MutantInfo* m = find_mutant(mutant);
     if (m == nullptr)

@@ -20,26 +20,6 @@ namespace {
 
 uint8_t st(PageState s) { return static_cast<uint8_t>(s); }
 
-void write_version(ByteWriter& w, const VersionVec& v) {
-  w.u32(static_cast<uint32_t>(v.entries().size()));
-  for (const auto& [node, interval] : v.entries()) {
-    w.u32(node);
-    w.u32(interval);
-  }
-}
-
-Status read_version(ByteReader& r, uint32_t nodes, VersionVec* out) {
-  uint32_t n;
-  if (!r.u32(&n) || n > nodes) return Status::malformed("version: bad length");
-  for (uint32_t k = 0; k < n; ++k) {
-    uint32_t node, interval;
-    if (!r.u32(&node) || !r.u32(&interval)) return Status::malformed("version: truncated");
-    if (node >= nodes) return Status::malformed("version: node out of range");
-    out->raise(node, interval);
-  }
-  return Status::ok();
-}
-
 int64_t now() { return comm::now_ns(); }
 
 // A page reply with no data stands for a page of zeros: the home had never used the page, and
@@ -656,6 +636,11 @@ void Hlrc::gc(const VectorTime& floor) {
   for (uint32_t w = 0; w < nodes_; ++w)
     f[w] = std::min(floor[w], w == me_ ? store_.known()[w] : applied_[w]);
   store_.gc(f);
+}
+
+VectorTime Hlrc::applied_time() const {
+  MutexLock l(notices_mu_);
+  return applied_;
 }
 
 size_t Hlrc::stored_records() const {

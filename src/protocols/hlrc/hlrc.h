@@ -130,6 +130,8 @@ class Hlrc final : public Protocol, public Consistency {
   // Every node holds the records up to `floor`: drop them.
   void gc(const VectorTime& floor) override;
   size_t stored_records() const;
+  // The records this node's acquires have applied (its own: every interval it closed).
+  VectorTime applied_time() const;
 
   // The frames' static segment (a program's own data, homed at node 0): sets its pages' home,
   // and at node 0 makes them home-private (their current contents are the master copy). Call

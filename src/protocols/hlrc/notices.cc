@@ -68,6 +68,26 @@ Result<std::vector<Record>> read_records(ByteReader& r, uint32_t nodes, uint64_t
   return out;
 }
 
+void write_version(ByteWriter& w, const memory::VersionVec& v) {
+  w.u32(static_cast<uint32_t>(v.entries().size()));
+  for (const auto& [node, interval] : v.entries()) {
+    w.u32(node);
+    w.u32(interval);
+  }
+}
+
+Status read_version(ByteReader& r, uint32_t nodes, memory::VersionVec* out) {
+  uint32_t n;
+  if (!r.u32(&n) || n > nodes) return Status::malformed("version: bad length");
+  for (uint32_t k = 0; k < n; ++k) {
+    uint32_t node, interval;
+    if (!r.u32(&node) || !r.u32(&interval)) return Status::malformed("version: truncated");
+    if (node >= nodes) return Status::malformed("version: node out of range");
+    out->raise(node, interval);
+  }
+  return Status::ok();
+}
+
 void write_vt(ByteWriter& w, const VectorTime& vt) {
   w.u32(static_cast<uint32_t>(vt.size()));
   for (uint32_t v : vt) w.u32(v);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "loom/status.h"
+#include "memory/page_table.h"
 
 namespace loom::protocols::hlrc {
 
@@ -76,6 +77,10 @@ void write_records(ByteWriter& w, const std::vector<const Record*>& records);
 // Parses a record set; kMalformed naming the problem if truncated or out of range
 // (`nodes`, `num_pages` bound the values).
 Result<std::vector<Record>> read_records(ByteReader& r, uint32_t nodes, uint64_t num_pages);
+
+// A page's sparse version vector: u32 k, then k x (u32 node, u32 interval), nodes increasing.
+void write_version(ByteWriter& w, const memory::VersionVec& v);
+Status read_version(ByteReader& r, uint32_t nodes, memory::VersionVec* out);
 
 void write_vt(ByteWriter& w, const VectorTime& vt);
 Result<VectorTime> read_vt(ByteReader& r, uint32_t nodes);

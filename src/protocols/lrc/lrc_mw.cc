@@ -43,6 +43,13 @@ struct DiffRequest {
 };
 static_assert(sizeof(DiffRequest) == 16);
 
+// Diff reply kinds.
+constexpr uint32_t kReplyDiffs =
+    0;                              // u32 count, then per diff u32 interval, lamport, length, bytes
+constexpr uint32_t kReplyBase = 1;  // version, then the writer's copy (kPageBytes)
+
+constexpr uint64_t kDefaultGcBytes = uint64_t{64} << 20;
+
 // Pages handled under one set of stripe locks.
 constexpr size_t kStripeBatch = 32;
 
@@ -55,7 +62,15 @@ LrcMw::LrcMw(const Core& core)
       id_(core.id),
       me_(core.comm.rank()),
       nodes_(core.comm.size()),
-      kDiffRequest(core.msg(0)) {}
+      kDiffRequest(core.msg(0)),
+      gc_bytes_(core.config != nullptr ? static_cast<uint64_t>(core.config->get_int("LRC_GC_BYTES"))
+                                       : kDefaultGcBytes),
+      next_gc_at_(gc_bytes_) {}
+
+void LrcMw::set_gc_bytes(uint64_t bytes) {
+  gc_bytes_ = bytes;
+  next_gc_at_.store(bytes);
+}
 
 LrcMw::~LrcMw() = default;
 
@@ -83,6 +98,10 @@ CounterList LrcMw::counter_list() const {
           {"invalidations", relaxed(c.invalidations)},
           {"diffs_stored", relaxed(c.diffs_stored)},
           {"diff_bytes_stored", relaxed(c.diff_bytes_stored)},
+          {"validations", relaxed(c.validations)},
+          {"diffs_dropped", relaxed(c.diffs_dropped)},
+          {"base_copies_sent", relaxed(c.base_copies_sent)},
+          {"base_copies_received", relaxed(c.base_copies_received)},
           {"fault_ns", relaxed(c.fault_ns)},
           {"fetch_wait_ns", relaxed(c.fetch_wait_ns)}};
 }
@@ -141,6 +160,10 @@ bool LrcMw::on_fault(void* addr, bool is_write) {
       }
       LOOM_CHECK(e.state == st(PageState::kUnknown) || e.state == st(PageState::kInvalid),
                  "fault in an impossible state: {}", dump_page(page));
+      if (e.state == st(PageState::kUnknown)) {
+        MutexLock u(used_mu_);
+        used_.push_back(page);
+      }
       e.fetching = true;
       need_fetch = true;
       break;
@@ -173,13 +196,20 @@ bool LrcMw::fetch(PageId page, bool is_write) {
                  s.to_string());
     }
     std::vector<Fetched> diffs;
+    int base = -1;  // the first reply that is a base copy
     for (size_t k = 0; k < asks.size(); ++k) {
       const comm::NodeId writer = asks[k].first;
       const DiffRequest& r = asks[k].second;
       const Status& s = comm_.wait(reqs[k]->done);
       LOOM_CHECK(s.is_ok(), "diffs of page {} from node {}: {}", page, writer, s.to_string());
       ByteReader rd(reqs[k]->reply.span());
-      uint32_t count = 0, last = 0;
+      uint32_t kind = 0, count = 0, last = 0;
+      LOOM_CHECK(rd.u32(&kind) && (kind == kReplyDiffs || kind == kReplyBase),
+                 "malformed diff reply for page {} from node {}", page, writer);
+      if (kind == kReplyBase) {
+        if (base < 0) base = static_cast<int>(k);
+        continue;
+      }
       bool ok = rd.u32(&count);
       for (uint32_t i = 0; ok && i < count; ++i) {
         Fetched f{writer, 0, 0, {}};
@@ -206,6 +236,12 @@ bool LrcMw::fetch(PageId page, bool is_write) {
     if (mutant_ == Mutant::kReverseOrder) std::reverse(diffs.begin(), diffs.end());
 
     MutexLock l(table_.lock_of(page));
+    if (base >= 0) {
+      // Some diffs this copy needs were dropped: start from the writer's copy, then ask again
+      // for what it lacks (the diffs of this round may overlap it).
+      install_base(page, e, asks[base].first, reqs[base]->reply.span());
+      continue;
+    }
     std::byte* sys = frames_.sys_page(page);
     for (const Fetched& f : diffs) {
       Status s = memory::diff_apply(f.bytes, sys);
@@ -237,6 +273,25 @@ bool LrcMw::fetch(PageId page, bool is_write) {
     table_.notify(page);
     return true;
   }
+}
+
+void LrcMw::install_base(PageId page, PageEntry& e, comm::NodeId writer,
+                         std::span<const std::byte> reply) {
+  // note: only a page never used here can be missing dropped diffs: every copy in use was
+  // validated before any node dropped them (docs/protocols/lrc_mw.md, garbage collection).
+  LOOM_CHECK(e.state == st(PageState::kUnknown) && e.twin == nullptr && e.version.empty(),
+             "node {} sent a base copy of page {}, which is in use here: {}", writer, page,
+             dump_page(page));
+  ByteReader rd(reply);
+  uint32_t kind;
+  memory::VersionVec version;
+  std::span<const std::byte> data;
+  bool ok = rd.u32(&kind) && read_version(rd, nodes_, &version).is_ok() &&
+            rd.bytes(kPageBytes, &data) && rd.left() == 0;
+  LOOM_CHECK(ok, "malformed base copy of page {} from node {}", page, writer);
+  std::memcpy(frames_.sys_page(page), data.data(), kPageBytes);
+  e.version = std::move(version);
+  counters_.base_copies_received.fetch_add(1, std::memory_order_relaxed);
 }
 
 // --- Release and acquire --------------------------------------------------------------------
@@ -307,6 +362,68 @@ void LrcMw::invalidate(std::vector<PageId> pages) {
   }
 }
 
+// --- Garbage collection of diffs ------------------------------------------------------------
+
+bool LrcMw::wants_collection() const {
+  return !collect_asked_.load(std::memory_order_relaxed) &&
+         relaxed(counters_.diff_bytes_stored) >= next_gc_at_.load(std::memory_order_relaxed);
+}
+
+void LrcMw::validate() {
+  std::vector<PageId> pages;
+  {
+    MutexLock u(used_mu_);
+    pages = used_;
+  }
+  for (PageId p : pages) {
+    PageEntry& e = table_.at(p);
+    {
+      MutexLock l(table_.lock_of(p));
+      while (e.fetching) table_.cv_of(p).wait(table_.lock_of(p));
+      if (e.version.covers(e.required)) continue;
+      if (e.prot != Prot::kNone) {
+        // The acquire that raised `required` has not invalidated it yet: do it here.
+        e.state = st(PageState::kInvalid);
+        e.prot = Prot::kNone;
+        frames_.protect(p, 1, e.prot);
+      }
+      e.fetching = true;
+    }
+    counters_.validations.fetch_add(1, std::memory_order_relaxed);
+    fetch(p, false);
+  }
+  // Until the diffs are dropped, asking again would only validate again.
+  collect_asked_.store(true, std::memory_order_relaxed);
+}
+
+void LrcMw::drop_validated(const VectorTime& all_validated) {
+  if (all_validated.size() <= me_) return;
+  const uint32_t upto = all_validated[me_];
+  uint64_t n = 0, bytes = 0;
+  {
+    MutexLock d(diffs_mu_);
+    if (upto <= dropped_floor_) return;
+    dropped_floor_ = upto;
+    for (auto it = diffs_.begin(); it != diffs_.end();) {
+      std::vector<StoredDiff>& v = it->second;
+      size_t k = 0;
+      while (k < v.size() && v[k].interval <= upto) bytes += v[k++].bytes.size();
+      if (k > 0) {
+        uint32_t& through = dropped_through_[it->first];
+        through = std::max(through, v[k - 1].interval);
+        v.erase(v.begin(), v.begin() + static_cast<ptrdiff_t>(k));
+        n += k;
+      }
+      it = v.empty() ? diffs_.erase(it) : std::next(it);
+    }
+  }
+  counters_.diffs_dropped.fetch_add(n, std::memory_order_relaxed);
+  counters_.diffs_stored.fetch_sub(n, std::memory_order_relaxed);
+  counters_.diff_bytes_stored.fetch_sub(bytes, std::memory_order_relaxed);
+  next_gc_at_.store(relaxed(counters_.diff_bytes_stored) + gc_bytes_, std::memory_order_relaxed);
+  collect_asked_.store(false, std::memory_order_relaxed);
+}
+
 // --- Writer side ----------------------------------------------------------------------------
 
 Status LrcMw::on_diff_request(comm::Incoming& in) {
@@ -317,25 +434,39 @@ Status LrcMw::on_diff_request(comm::Incoming& in) {
         fmt::format("diff request: page {} intervals ({}, {}]", r->page, r->after, r->through));
   std::vector<std::byte> out;
   ByteWriter w(&out);
-  w.u32(0);  // count, patched below
   uint32_t count = 0;
+  PageEntry& e = table_.at(r->page);
   {
+    MutexLock l(table_.lock_of(r->page));
     MutexLock d(diffs_mu_);
-    auto it = diffs_.find(r->page);
-    if (it != diffs_.end()) {
-      const std::vector<StoredDiff>& v = it->second;
-      auto first = std::upper_bound(
-          v.begin(), v.end(), r->after,
-          [](uint32_t after, const StoredDiff& sd) { return after < sd.interval; });
-      for (auto k = first; k != v.end() && k->interval <= r->through; ++k, ++count) {
-        w.u32(k->interval);
-        w.u32(k->lamport);
-        w.u32(static_cast<uint32_t>(k->bytes.size()));
-        w.bytes(k->bytes);
+    auto dropped = dropped_through_.find(r->page);
+    if (dropped != dropped_through_.end() && r->after < dropped->second) {
+      // Diffs in the range were dropped: send this node's copy instead. Unreleased local
+      // writes stay out (the twin, if any, holds the copy without them).
+      w.u32(kReplyBase);
+      write_version(w, e.version);
+      const std::byte* src = e.twin != nullptr ? e.twin.get() : frames_.sys_page(r->page);
+      w.bytes({src, kPageBytes});
+      counters_.base_copies_sent.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      w.u32(kReplyDiffs);
+      w.u32(0);  // count, patched below
+      auto it = diffs_.find(r->page);
+      if (it != diffs_.end()) {
+        const std::vector<StoredDiff>& v = it->second;
+        auto first = std::upper_bound(
+            v.begin(), v.end(), r->after,
+            [](uint32_t after, const StoredDiff& sd) { return after < sd.interval; });
+        for (auto k = first; k != v.end() && k->interval <= r->through; ++k, ++count) {
+          w.u32(k->interval);
+          w.u32(k->lamport);
+          w.u32(static_cast<uint32_t>(k->bytes.size()));
+          w.bytes(k->bytes);
+        }
       }
+      w.patch_u32(4, count);
     }
   }
-  w.patch_u32(0, count);
   return comm_.reply(in.reply_to(), out);
 }
 

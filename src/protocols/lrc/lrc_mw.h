@@ -18,8 +18,12 @@
 //   - A copy invalidated while it holds unreleased local writes keeps its twin; the fetched
 //     diffs go into the copy and the twin, so the next release's diff holds only local writes.
 //
-// Diffs are kept until the end of the job (diff garbage collection is not implemented yet:
-// `diff_bytes_stored` in the counters shows what they take).
+//   - Diff garbage collection (TreadMarks-style, at barriers): when a node keeps LOOM_LRC_GC_BYTES
+//     of diffs it asks for a collection in its next barrier arrival; after that barrier every node
+//     *validates* (brings up to date) every copy it uses, and reports up to which vector time it
+//     has. A later barrier's release tells every node the minimum over all nodes, and each
+//     writer drops its diffs at or below it. A node that first uses a page after its diffs were
+//     dropped gets a *base copy* (the writer's copy with its version) instead of those diffs.
 //
 // Threads: on_fault(), close_interval(), invalidate() on application threads (on_fault waits
 // for replies); the diff-request handler never waits and reads only the stored diffs.
@@ -46,7 +50,8 @@ enum class PageState : uint8_t {
 struct Counters {
   std::atomic<uint64_t> read_faults{0}, write_faults{0}, refaults{0}, twins{0}, diffs_created{0},
       diff_bytes{0}, diff_requests{0}, diffs_fetched{0}, diff_bytes_fetched{0}, invalidations{0},
-      diffs_stored{0}, diff_bytes_stored{0}, fault_ns{0}, fetch_wait_ns{0};
+      diffs_stored{0}, diff_bytes_stored{0}, validations{0}, diffs_dropped{0}, base_copies_sent{0},
+      base_copies_received{0}, fault_ns{0}, fetch_wait_ns{0};
 };
 
 // Test-only: a deliberately broken variant, so that the simulator's consistency checker can be
@@ -60,6 +65,8 @@ class LrcMw final : public Protocol {
  public:
   explicit LrcMw(const Core& core);
   void set_mutant(Mutant m) { mutant_ = m; }  // before the node starts
+  // Diff bytes kept before asking for a collection (LOOM_LRC_GC_BYTES); before the node starts.
+  void set_gc_bytes(uint64_t bytes);
   ~LrcMw() override;
 
   Status register_messages() override;
@@ -68,6 +75,9 @@ class LrcMw final : public Protocol {
   void acquire() override {}  // invalidations come through invalidate()
   void close_interval(const IntervalStamp& next, std::vector<memory::PageId>* written) override;
   void invalidate(std::vector<memory::PageId> pages) override;
+  bool wants_collection() const override;
+  void validate() override;
+  void drop_validated(const VectorTime& all_validated) override;
   CounterList counter_list() const override;
   std::string dump_page(memory::PageId page) override;
 
@@ -85,7 +95,12 @@ class LrcMw final : public Protocol {
     std::span<const std::byte> bytes;  // into one of the reply buffers
   };
 
+  // Brings an invalid copy up to date; on return the page is readable (writable if is_write).
+  // REQUIRES: the caller set e.fetching.
   bool fetch(memory::PageId page, bool is_write);
+  // Installs a writer's base copy (its page and version) in a page never used here.
+  void install_base(memory::PageId page, memory::PageEntry& e, comm::NodeId writer,
+                    std::span<const std::byte> reply);
   void add_dirty(memory::PageId page, memory::PageEntry& e) EXCLUDES(dirty_mu_);
   Status on_diff_request(comm::Incoming& in);
 
@@ -98,6 +113,13 @@ class LrcMw final : public Protocol {
   const comm::MsgType kDiffRequest;
   mutable Counters counters_;
   Mutant mutant_ = Mutant::kNone;
+  uint64_t gc_bytes_;
+  std::atomic<uint64_t> next_gc_at_;
+  std::atomic<bool> collect_asked_{false};  // asked; validated, not dropped yet
+
+  // Pages used here (left state unknown), for validation.
+  Mutex used_mu_;
+  std::vector<memory::PageId> used_ GUARDED_BY(used_mu_);
 
   // Pages written in the current interval.
   Mutex dirty_mu_;
@@ -106,6 +128,9 @@ class LrcMw final : public Protocol {
   // This node's diffs, per page in interval order. Taken after a stripe lock, never before.
   Mutex diffs_mu_;
   std::unordered_map<memory::PageId, std::vector<StoredDiff>> diffs_ GUARDED_BY(diffs_mu_);
+  // Per page, the newest interval whose diff was dropped: a request from below gets a base copy.
+  std::unordered_map<memory::PageId, uint32_t> dropped_through_ GUARDED_BY(diffs_mu_);
+  uint32_t dropped_floor_ GUARDED_BY(diffs_mu_) = 0;  // own intervals dropped up to here
 };
 
 }  // namespace loom::protocols::lrc
