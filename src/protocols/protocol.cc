@@ -65,6 +65,17 @@ void protect_runs(memory::PageFrames& frames, std::vector<memory::PageId> pages,
   }
 }
 
+void in_stripe_batches(memory::PageTable& table, const std::vector<memory::PageId>& pages,
+                       const std::function<void(const std::vector<memory::PageId>&)>& fn) {
+  for (size_t b0 = 0; b0 < pages.size(); b0 += kStripeBatch) {
+    std::vector<memory::PageId> batch(
+        pages.begin() + static_cast<ptrdiff_t>(b0),
+        pages.begin() + static_cast<ptrdiff_t>(std::min(pages.size(), b0 + kStripeBatch)));
+    memory::PageTable::StripeSet locks(table, batch);
+    fn(batch);
+  }
+}
+
 comm::MsgType Core::msg(uint32_t i) const {
   LOOM_CHECK(i < kMsgTypesPerProtocol, "protocol {} asked for message type {} of {}", id, i,
              kMsgTypesPerProtocol);

@@ -120,6 +120,13 @@ ProtocolId protocol_id(std::string_view name);
 // Sets `pages` to `prot` in the application view, one call per run of consecutive pages.
 void protect_runs(memory::PageFrames& frames, std::vector<memory::PageId> pages, memory::Prot prot);
 
+// Calls fn(batch) for consecutive batches of at most kStripeBatch of `pages` (sorted by the
+// caller), holding the stripe locks of the batch: a thread holds a bounded number of stripe
+// locks, and every page of a batch is examined and changed under its own stripe.
+inline constexpr size_t kStripeBatch = 32;
+void in_stripe_batches(memory::PageTable& table, const std::vector<memory::PageId>& pages,
+                       const std::function<void(const std::vector<memory::PageId>&)>& fn);
+
 // Builds protocol `id` for a node. REQUIRES: id < protocol_names().size().
 std::unique_ptr<Protocol> make_protocol(ProtocolId id, const Core& core);
 // Called when a node has built its protocols: later registrations are refused.

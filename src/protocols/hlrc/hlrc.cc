@@ -38,9 +38,6 @@ bool parse_page_reply(ByteReader& r, uint32_t nodes, VersionVec* stamp,
   return r.bytes(kPageBytes, data) && r.left() == 0;
 }
 
-// Pages handled under one set of stripe locks (release, acquire).
-constexpr size_t kStripeBatch = 32;
-
 }  // namespace
 
 const char* state_name(uint8_t s) {
@@ -361,11 +358,7 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageId> written
   Record rec{.writer = me_, .interval = interval, .lamport = next.lamport, .pages = {}};
   // note: in batches of kStripeBatch pages, so a thread holds a bounded number of stripe locks
   // (each page is still write-protected and diffed under its own stripe).
-  for (size_t b0 = 0; b0 < pages.size(); b0 += kStripeBatch) {
-    std::vector<PageId> batch(
-        pages.begin() + static_cast<ptrdiff_t>(b0),
-        pages.begin() + static_cast<ptrdiff_t>(std::min(pages.size(), b0 + kStripeBatch)));
-    memory::PageTable::StripeSet locks(table_, batch);
+  in_stripe_batches(table_, pages, [&](const std::vector<PageId>& batch) {
     // Write-protect first: a local thread writing meanwhile now faults and waits for the
     // stripe, so the diff below sees every write of this interval and none of the next.
     std::vector<PageId> open;
@@ -409,7 +402,7 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageId> written
         e.prot = Prot::kRead;
       }
     }
-  }
+  });
   if (!written.empty()) {
     rec.pages.insert(rec.pages.end(), written.begin(), written.end());
     std::sort(rec.pages.begin(), rec.pages.end());
@@ -518,11 +511,7 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
   std::sort(pages.begin(), pages.end());
   std::vector<Prefetch> prefetch;
   std::map<ProtocolId, std::vector<PageId>> foreign;
-  for (size_t b0 = 0; b0 < pages.size(); b0 += kStripeBatch) {
-    std::vector<PageId> batch(
-        pages.begin() + static_cast<ptrdiff_t>(b0),
-        pages.begin() + static_cast<ptrdiff_t>(std::min(pages.size(), b0 + kStripeBatch)));
-    memory::PageTable::StripeSet locks(table_, batch);
+  in_stripe_batches(table_, pages, [&](const std::vector<PageId>& batch) {
     std::vector<PageId> close;
     size_t first_prefetch = prefetch.size();
     for (PageId p : batch) {
@@ -553,7 +542,7 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
     protect_ranges(close, Prot::kNone);
     for (size_t k = first_prefetch; k < prefetch.size(); ++k)
       prefetch[k].request = page_request(prefetch[k].page, table_.at(prefetch[k].page).required);
-  }
+  });
   for (Prefetch& f : prefetch) start_prefetch(std::move(f));
   for (auto& [id, ps] : foreign) {
     LOOM_CHECK(foreign_ != nullptr,

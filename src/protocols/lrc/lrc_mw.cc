@@ -50,9 +50,6 @@ constexpr uint32_t kReplyBase = 1;  // version, then the writer's copy (kPageByt
 
 constexpr uint64_t kDefaultGcBytes = uint64_t{64} << 20;
 
-// Pages handled under one set of stripe locks.
-constexpr size_t kStripeBatch = 32;
-
 }  // namespace
 
 LrcMw::LrcMw(const Core& core)
@@ -303,11 +300,7 @@ void LrcMw::close_interval(const IntervalStamp& next, std::vector<PageId>* writt
     pages.swap(dirty_);
   }
   std::sort(pages.begin(), pages.end());
-  for (size_t b0 = 0; b0 < pages.size(); b0 += kStripeBatch) {
-    std::vector<PageId> batch(
-        pages.begin() + static_cast<ptrdiff_t>(b0),
-        pages.begin() + static_cast<ptrdiff_t>(std::min(pages.size(), b0 + kStripeBatch)));
-    memory::PageTable::StripeSet locks(table_, batch);
+  in_stripe_batches(table_, pages, [&](const std::vector<PageId>& batch) {
     // Write-protect first: a local thread writing meanwhile faults and waits for the stripe, so
     // each diff holds every write of this interval and none of the next.
     std::vector<PageId> open;
@@ -337,16 +330,12 @@ void LrcMw::close_interval(const IntervalStamp& next, std::vector<PageId>* writt
       }
       written->push_back(p);
     }
-  }
+  });
 }
 
 void LrcMw::invalidate(std::vector<PageId> pages) {
   std::sort(pages.begin(), pages.end());
-  for (size_t b0 = 0; b0 < pages.size(); b0 += kStripeBatch) {
-    std::vector<PageId> batch(
-        pages.begin() + static_cast<ptrdiff_t>(b0),
-        pages.begin() + static_cast<ptrdiff_t>(std::min(pages.size(), b0 + kStripeBatch)));
-    memory::PageTable::StripeSet locks(table_, batch);
+  in_stripe_batches(table_, pages, [&](const std::vector<PageId>& batch) {
     std::vector<PageId> close;
     for (PageId p : batch) {
       PageEntry& e = table_.at(p);
@@ -359,7 +348,7 @@ void LrcMw::invalidate(std::vector<PageId> pages) {
       }
     }
     protect_runs(frames_, close, Prot::kNone);
-  }
+  });
 }
 
 // --- Garbage collection of diffs ------------------------------------------------------------
