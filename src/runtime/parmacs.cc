@@ -63,7 +63,6 @@ struct State {
   long next_index GUARDED_BY(mu) = 0;
   long created GUARDED_BY(mu) = 0;
   long finished GUARDED_BY(mu) = 0;
-  std::vector<VectorTime> sent_vt GUARDED_BY(mu);  // per node: what it has been sent
   std::vector<std::thread> local GUARDED_BY(mu);
   bool ended GUARDED_BY(mu) = false;
   // Other nodes.
@@ -116,7 +115,6 @@ void create_one(void (*fn)(void), long total) {
     MutexLock l(st.mu);
     index = ++st.next_index;
     st.created++;
-    if (st.sent_vt.empty()) st.sent_vt.assign(r.size(), VectorTime(r.size(), 0));
   }
   uint32_t node = place(index, total);
   if (node == 0) {
@@ -141,11 +139,11 @@ void create_one(void (*fn)(void), long total) {
   w.u64(static_cast<uint64_t>(index));
   VectorTime now = r.hlrc().vector_time();
   hl::write_vt(w, now);
-  {
-    MutexLock l(st.mu);
-    r.hlrc().write_notices_for(st.sent_vt[node], w);
-    st.sent_vt[node] = now;
-  }
+  // note: every record still stored, not just those newer than the last CREATE sent to that
+  // node: two CREATE messages may arrive in either order, and the later one must not leave a
+  // gap in the receiver's notices. (A gap is what lrc_mw's FFT hit: main writes between
+  // CREATEs, each a release with a notice, and a large CREATE was overtaken by the next one.)
+  r.hlrc().write_notices_for(VectorTime(r.size(), 0), w);
   Status s = r.comm().send(node, pm_msg::kCreate, out);
   if (!s) misuse(fmt::format("CREATE: cannot start a thread on node {}: {}", node, s.to_string()));
 }

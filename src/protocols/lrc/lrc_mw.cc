@@ -157,6 +157,14 @@ bool LrcMw::on_fault(void* addr, bool is_write) {
       }
       LOOM_CHECK(e.state == st(PageState::kUnknown) || e.state == st(PageState::kInvalid),
                  "fault in an impossible state: {}", dump_page(page));
+      if (nodes_ == 1) {
+        // A job of one node: no other copy can exist, so there is nothing to detect or
+        // announce; the page stays writable without a twin (never dirty, never invalidated).
+        e.state = st(PageState::kWritable);
+        e.prot = Prot::kReadWrite;
+        frames_.protect(page, 1, e.prot);
+        break;
+      }
       if (e.state == st(PageState::kUnknown)) {
         MutexLock u(used_mu_);
         used_.push_back(page);
