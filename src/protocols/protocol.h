@@ -46,6 +46,8 @@ namespace loom::protocols {
 using memory::ProtocolId;
 
 inline constexpr size_t kMaxProtocols = 12;
+// HLRC's id: the first built-in protocol, which keeps the node's write notices (Platform).
+inline constexpr ProtocolId kHlrcId = 0;
 inline constexpr comm::MsgType kMsgTypesPerProtocol = 8;
 
 // What a protocol instance is built from: its node's generic core, and its own id.

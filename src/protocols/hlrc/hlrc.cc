@@ -126,7 +126,7 @@ void Hlrc::init_static_pages() {
     PageEntry& e = table_.at(p);
     MutexLock l(table_.lock_of(p));
     e.home = 0;
-    e.protocol = 0;  // HLRC is always protocol 0 (protocols/protocol.cc)
+    e.protocol = kHlrcId;
     if (me_ == 0) {
       e.state = st(PageState::kHomePrivate);
       e.prot = Prot::kReadWrite;  // AddressSpace mapped it so
@@ -519,7 +519,7 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
       e.required.raise_all(need[p]);
       if (e.version.covers(e.required)) continue;  // our copy already has those writes
       if (opts_.mutant == Options::Mutant::kSkipInvalidate) continue;
-      if (e.protocol != 0 && e.protocol != memory::kProtocolUnknown) {
+      if (e.protocol != kHlrcId && e.protocol != memory::kProtocolUnknown) {
         foreign[e.protocol].push_back(p);  // its protocol invalidates it
         continue;
       }
