@@ -48,6 +48,30 @@ constexpr uint32_t kReplyDiffs =
     0;                              // u32 count, then per diff u32 interval, lamport, length, bytes
 constexpr uint32_t kReplyBase = 1;  // version, then the writer's copy (kPageBytes)
 
+// A diff fetched for a fault, with the label that orders it.
+struct Fetched {
+  uint32_t writer, interval, lamport;
+  std::span<const std::byte> bytes;  // into the reply buffer
+};
+
+// Parses the rest of a kReplyDiffs reply from `writer` to `r` into `out`. False if it is
+// malformed, or its intervals are not increasing within (after, through] or do not end at
+// `through` (a notice named the page in that interval, so the writer must have its diff).
+bool read_diffs(ByteReader& rd, uint32_t writer, const DiffRequest& r, std::vector<Fetched>* out) {
+  uint32_t count = 0, last = 0;
+  if (!rd.u32(&count)) return false;
+  for (uint32_t i = 0; i < count; ++i) {
+    Fetched f{writer, 0, 0, {}};
+    uint32_t len = 0;
+    if (!rd.u32(&f.interval) || !rd.u32(&f.lamport) || !rd.u32(&len) || !rd.bytes(len, &f.bytes) ||
+        f.interval <= std::max(last, r.after) || f.interval > r.through)
+      return false;
+    last = f.interval;
+    out->push_back(f);
+  }
+  return rd.left() == 0 && last == r.through;
+}
+
 constexpr uint64_t kDefaultGcBytes = uint64_t{64} << 20;
 
 }  // namespace
@@ -208,29 +232,17 @@ bool LrcMw::fetch(PageId page, bool is_write) {
       const Status& s = comm_.wait(reqs[k]->done);
       LOOM_CHECK(s.is_ok(), "diffs of page {} from node {}: {}", page, writer, s.to_string());
       ByteReader rd(reqs[k]->reply.span());
-      uint32_t kind = 0, count = 0, last = 0;
+      uint32_t kind = 0;
       LOOM_CHECK(rd.u32(&kind) && (kind == kReplyDiffs || kind == kReplyBase),
                  "malformed diff reply for page {} from node {}", page, writer);
       if (kind == kReplyBase) {
         if (base < 0) base = static_cast<int>(k);
         continue;
       }
-      bool ok = rd.u32(&count);
-      for (uint32_t i = 0; ok && i < count; ++i) {
-        Fetched f{writer, 0, 0, {}};
-        uint32_t len = 0;
-        ok = rd.u32(&f.interval) && rd.u32(&f.lamport) && rd.u32(&len) && rd.bytes(len, &f.bytes) &&
-             f.interval > std::max(last, r.after) && f.interval <= r.through;
-        last = f.interval;
-        if (ok) diffs.push_back(f);
-      }
-      LOOM_CHECK(ok && rd.left() == 0, "malformed diff reply for page {} from node {}", page,
-                 writer);
-      // A notice named the page in interval `through`: its writer must have a diff for it.
-      LOOM_CHECK(last == r.through,
-                 "node {} has no diff of page {} for interval {} that a write notice names "
-                 "(newest sent: {}): {}",
-                 writer, page, r.through, last, dump_page(page));
+      LOOM_CHECK(read_diffs(rd, writer, r, &diffs),
+                 "malformed diff reply for page {} from node {}, or no diff for interval {} that "
+                 "a write notice names: {}",
+                 page, writer, r.through, dump_page(page));
       counters_.diff_requests.fetch_add(1, std::memory_order_relaxed);
     }
     counters_.fetch_wait_ns.fetch_add(comm::now_ns() - w0, std::memory_order_relaxed);

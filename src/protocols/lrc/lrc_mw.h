@@ -89,11 +89,6 @@ class LrcMw final : public Protocol {
     uint32_t lamport;
     std::vector<std::byte> bytes;
   };
-  // A diff fetched for a fault, with the label that orders it.
-  struct Fetched {
-    uint32_t writer, interval, lamport;
-    std::span<const std::byte> bytes;  // into one of the reply buffers
-  };
 
   // Brings an invalid copy up to date; on return the page is readable (writable if is_write).
   // REQUIRES: the caller set e.fetching.
