@@ -67,8 +67,8 @@ class Platform final : public memory::FaultTarget, public Consistency {
   memory::PageTable& table_;
   memory::Heap& heap_;
   hlrc::Hlrc& notices_;
-  Mutex release_mu_;                              // one release at a time: intervals are per node
-  Mutex collect_mu_ ACQUIRED_AFTER(release_mu_);  // one collection at a time
+  Mutex release_mu_;  // one release at a time: intervals are per node
+  Mutex collect_mu_;  // one collection at a time
   mutable Mutex validated_mu_;
   VectorTime validated_ GUARDED_BY(validated_mu_);  // every copy covered these notices
   std::vector<Protocol*> protocols_;
