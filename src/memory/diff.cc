@@ -158,4 +158,20 @@ size_t diff_payload_bytes(std::span<const std::byte> diff) {
   return total;
 }
 
+uint32_t changed_blocks(const std::byte* twin, const std::byte* page) {
+  uint32_t mask = 0;
+  for (size_t b = 0; b < kBlocksPerPage; ++b)
+    if (std::memcmp(twin + b * kBlockSize, page + b * kBlockSize, kBlockSize) != 0)
+      mask |= uint32_t{1} << b;
+  return mask;
+}
+
+uint32_t zero_blocks(const std::byte* page) {
+  static const std::byte kZero[kBlockSize] = {};
+  uint32_t mask = 0;
+  for (size_t b = 0; b < kBlocksPerPage; ++b)
+    if (std::memcmp(page + b * kBlockSize, kZero, kBlockSize) == 0) mask |= uint32_t{1} << b;
+  return mask;
+}
+
 }  // namespace loom::memory

@@ -51,6 +51,17 @@ size_t diff_create(const std::byte* twin, const std::byte* page, std::vector<std
 // leave `page` untouched.
 Status diff_apply(std::span<const std::byte> diff, std::byte* page);
 
+// Pseudo pages (the single-owner protocol's unit of transfer): a page is kBlocksPerPage blocks
+// of kBlockSize bytes, and a block mask has bit b set for bytes [b * kBlockSize, +kBlockSize).
+inline constexpr size_t kBlockSize = 128;
+inline constexpr size_t kBlocksPerPage = kPageSize / kBlockSize;
+static_assert(kBlocksPerPage == 32, "a block mask is a uint32_t");
+inline constexpr uint32_t kAllBlocks = 0xffffffffu;
+// The blocks in which `page` differs from `twin` (kPageSize bytes each).
+uint32_t changed_blocks(const std::byte* twin, const std::byte* page);
+// The blocks of `page` (kPageSize bytes) that hold only zeros.
+uint32_t zero_blocks(const std::byte* page);
+
 // The number of changed bytes `diff` carries (the sum of its run lengths), for statistics.
 // REQUIRES: diff is valid (as diff_apply would accept it).
 size_t diff_payload_bytes(std::span<const std::byte> diff);

@@ -72,6 +72,9 @@ struct PageEntry {
   // Owner-based protocols: at the owner the page's current epoch (one per invalidation round);
   // elsewhere the oldest epoch a copy may still come from.
   uint32_t epoch = 0;
+  // Blocks (pseudo pages, memory/diff.h) written by the notices that raised `required` beyond
+  // `version`: what single_owner fetches. The notice core sets them; the protocol clears them.
+  uint32_t stale_blocks = 0;
 };
 
 class PageTable {

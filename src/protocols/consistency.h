@@ -16,6 +16,7 @@ namespace loom::protocols {
 using hlrc::ByteReader;
 using hlrc::ByteWriter;
 using hlrc::IntervalStamp;
+using hlrc::PageWrite;
 using hlrc::VectorTime;
 
 class Consistency {

@@ -54,7 +54,7 @@ void Platform::release() {
   MutexLock l(release_mu_);
   for (size_t k = protocols_.size(); k-- > 1;) protocols_[k]->release();
   const IntervalStamp next = notices_.next_interval();
-  std::vector<memory::PageId> written;
+  std::vector<PageWrite> written;
   for (size_t k = 1; k < protocols_.size(); ++k) protocols_[k]->close_interval(next, &written);
   notices_.release_interval(next, std::move(written));
 }

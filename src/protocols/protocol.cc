@@ -9,6 +9,7 @@
 #include "protocols/hlrc/hlrc.h"
 #include "protocols/lrc/lrc_mw.h"
 #include "protocols/owner/owner.h"
+#include "protocols/single/single_owner.h"
 
 namespace loom::protocols {
 namespace {
@@ -40,6 +41,10 @@ std::vector<Entry>& registry() {
        }},
       {"lrc_mw",
        [](const Core& c) -> std::unique_ptr<Protocol> { return std::make_unique<lrc::LrcMw>(c); }},
+      {"single_owner",
+       [](const Core& c) -> std::unique_ptr<Protocol> {
+         return std::make_unique<single::SingleOwner>(c);
+       }},
   };
   return entries;
 }

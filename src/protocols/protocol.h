@@ -87,16 +87,18 @@ class Protocol {
   // Application threads.
   virtual void acquire() = 0;
 
-  // For protocols built on the write-notice machinery (lrc_mw). A release closes the node's
-  // interval: after every protocol's release(), each one appends the pages it wrote in the
-  // interval, labelled `next`, to `written`; they go into the interval's write notice.
-  // Application threads (one release at a time per node). Default: none.
-  virtual void close_interval(const IntervalStamp& next, std::vector<memory::PageId>* written) {
+  // For protocols built on the write-notice machinery (lrc_mw, single_owner). A release closes
+  // the node's interval: after every protocol's release(), each one appends the pages it wrote
+  // in the interval, labelled `next`, to `written` (with the blocks written, if it tracks
+  // them); they go into the interval's write notice. Application threads (one release at a
+  // time per node). Default: none.
+  virtual void close_interval(const IntervalStamp& next, std::vector<PageWrite>* written) {
     (void)next;
     (void)written;
   }
   // An acquire raised PageEntry::required of these pages of this protocol (write notices named
-  // them): invalidate the copies that lack those writes. Application threads. Default: nothing.
+  // them) and or-ed the blocks the notices name into PageEntry::stale_blocks: invalidate the
+  // copies that lack those writes. Application threads. Default: nothing.
   virtual void invalidate(std::vector<memory::PageId> pages) { (void)pages; }
   // Collection at barriers (Consistency::collect): whether this protocol wants one; bring every
   // copy this node uses up to the notices applied so far (application thread, may wait); drop

@@ -445,6 +445,8 @@ const std::vector<MutantInfo>& mutants() {
        Mutant::kDropLocalWrites},
       {"lrc_reverse_order", "lrc_mw applies fetched diffs in reverse happens-before order",
        Mutant::kNone, protocols::lrc::Mutant::kReverseOrder, "lrc_mw"},
+      {"so_one_block", "single_owner fetches only the lowest stale block of a copy", Mutant::kNone,
+       protocols::lrc::Mutant::kNone, "single_owner", protocols::single::Mutant::kOneBlock},
   };
   return m;
 }

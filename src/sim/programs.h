@@ -47,6 +47,7 @@ struct MutantInfo {
   protocols::hlrc::Hlrc::Options::Mutant mutant;
   protocols::lrc::Mutant lrc = protocols::lrc::Mutant::kNone;
   std::string protocol = "hlrc";  // the protocol it breaks
+  protocols::single::Mutant single = protocols::single::Mutant::kNone;
 };
 const std::vector<MutantInfo>& mutants();
 

@@ -123,6 +123,8 @@ Simulation::Simulation(Options options)
         lrc->set_mutant(opts_.lrc_mutant);
         if (opts_.lrc_gc_bytes != 0) lrc->set_gc_bytes(opts_.lrc_gc_bytes);
       }
+      if (auto* so = dynamic_cast<protocols::single::SingleOwner*>(p.get()); so != nullptr)
+        so->set_mutant(opts_.single_mutant);
       protocols::Protocol* raw = p.get();
       node->platform->add(raw, std::move(p));
     }

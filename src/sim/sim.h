@@ -33,6 +33,7 @@
 #include "protocols/hlrc/hlrc.h"
 #include "protocols/lrc/lrc_mw.h"
 #include "protocols/platform.h"
+#include "protocols/single/single_owner.h"
 
 namespace loom::sim {
 
@@ -40,7 +41,8 @@ struct Options {
   uint32_t nodes = 2;
   uint64_t seed = 1;
   protocols::hlrc::Hlrc::Options hlrc;
-  protocols::lrc::Mutant lrc_mutant = protocols::lrc::Mutant::kNone;  // test-only (lrc_mw)
+  protocols::lrc::Mutant lrc_mutant = protocols::lrc::Mutant::kNone;           // test-only (lrc_mw)
+  protocols::single::Mutant single_mutant = protocols::single::Mutant::kNone;  // (single_owner)
   uint64_t lrc_gc_bytes = 0;  // lrc_mw: LOOM_LRC_GC_BYTES (0: its default)
   // The protocol of allocations that name none (protocols/protocol.h).
   std::string protocol = "hlrc";

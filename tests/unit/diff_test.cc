@@ -377,5 +377,23 @@ TEST(Diff, AcceptsHandEncodedRuns) {
   EXPECT_EQ(page, expected);
 }
 
+TEST(PseudoPages, ChangedBlocksNamesEveryBlockWithADifferentByte) {
+  Page twin = random_page(3);
+  Page page = twin;
+  EXPECT_EQ(changed_blocks(twin.data(), page.data()), 0u);
+  page[0] ^= std::byte{1};                     // block 0
+  page[kBlockSize * 5 + 127] ^= std::byte{1};  // last byte of block 5
+  page[kPageSize - 1] ^= std::byte{1};         // block 31
+  EXPECT_EQ(changed_blocks(twin.data(), page.data()), 0x1u | 0x20u | 0x80000000u);
+}
+
+TEST(PseudoPages, ZeroBlocksNamesBlocksOfZerosOnly) {
+  Page page(kPageSize);
+  EXPECT_EQ(zero_blocks(page.data()), kAllBlocks);
+  page[kBlockSize * 2] = std::byte{7};
+  page[kBlockSize * 4 - 1] = std::byte{7};  // last byte of block 3
+  EXPECT_EQ(zero_blocks(page.data()), kAllBlocks & ~(0x4u | 0x8u));
+}
+
 }  // namespace
 }  // namespace loom::memory

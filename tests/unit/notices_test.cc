@@ -9,7 +9,7 @@ namespace loom::protocols::hlrc {
 namespace {
 
 Record rec(uint32_t w, uint32_t i, std::vector<uint64_t> pages, uint32_t lamport = 0) {
-  return {.writer = w, .interval = i, .lamport = lamport, .pages = std::move(pages)};
+  return {.writer = w, .interval = i, .lamport = lamport, .pages = std::move(pages), .blocks = {}};
 }
 
 TEST(Notices, StoreKeepsPrefixesAndSendsWhatTheOtherLacks) {
@@ -77,6 +77,28 @@ TEST(Notices, EncodingRoundTrips) {
   EXPECT_EQ(r.left(), 0u);
 }
 
+TEST(Notices, BlockMasksRoundTripOnlyWhenSomePageHasThem) {
+  Record whole = rec(1, 1, {4, 9});
+  Record partial = rec(0, 2, {4, 5, 9});
+  partial.blocks = {0x1, memory::kAllBlocks, 0x80000000u};
+  std::vector<std::byte> a, b;
+  ByteWriter wa(&a), wb(&b);
+  write_records(wa, {&whole});
+  write_records(wb, {&partial});
+  // A record without masks costs nothing extra: 4 + 16 + 2 x 8 bytes.
+  EXPECT_EQ(a.size(), 36u);
+  EXPECT_EQ(b.size(), 4u + 16u + 3u * 12u);
+  ByteReader ra(a), rb(b);
+  Result<std::vector<Record>> ka = read_records(ra, 2, 100), kb = read_records(rb, 2, 100);
+  ASSERT_TRUE(ka);
+  ASSERT_TRUE(kb);
+  EXPECT_TRUE((*ka)[0].blocks.empty());
+  EXPECT_EQ((*ka)[0].blocks_of(1), memory::kAllBlocks);
+  EXPECT_EQ((*kb)[0].blocks, partial.blocks);
+  EXPECT_EQ((*kb)[0].blocks_of(0), 0x1u);
+  EXPECT_EQ((*kb)[0].pages, partial.pages);
+}
+
 TEST(Notices, MalformedEncodingsAreRefused) {
   std::vector<std::byte> buf;
   ByteWriter w(&buf);
@@ -104,6 +126,23 @@ TEST(Notices, MalformedEncodingsAreRefused) {
   w4.u32(1000000);  // count the payload cannot hold
   ByteReader r4(b4);
   EXPECT_EQ(read_records(r4, 2, 10).status().code(), StatusCode::kMalformed);
+
+  Record unsorted = rec(1, 1, {3, 2});  // pages must increase (lookups rely on it)
+  std::vector<std::byte> b5;
+  ByteWriter w5(&b5);
+  write_records(w5, {&unsorted});
+  ByteReader r5(b5);
+  Result<std::vector<Record>> k5 = read_records(r5, 2, 10);
+  EXPECT_EQ(k5.status().code(), StatusCode::kMalformed);
+  EXPECT_NE(k5.status().message().find("not increasing"), std::string::npos);
+
+  Record no_block = rec(1, 1, {3});  // a page named as written with no block written
+  no_block.blocks = {0};
+  std::vector<std::byte> b6;
+  ByteWriter w6(&b6);
+  write_records(w6, {&no_block});
+  ByteReader r6(b6);
+  EXPECT_EQ(read_records(r6, 2, 10).status().code(), StatusCode::kMalformed);
 }
 
 TEST(VersionVec, CoversIsPerWriter) {

@@ -276,6 +276,7 @@ int main(int argc, char** argv) {
                                      m->protocol, m->protocol));
     base.hlrc.mutant = m->mutant;
     base.lrc_mutant = m->lrc;
+    base.single_mutant = m->single;
   }
   if (litmus_name) {
     const auto& names = litmus_names();

@@ -334,12 +334,12 @@ void Hlrc::release() {
   release_locked(next_interval(), {});
 }
 
-void Hlrc::release_interval(const IntervalStamp& next, std::vector<PageId> written) {
+void Hlrc::release_interval(const IntervalStamp& next, std::vector<PageWrite> written) {
   MutexLock rl(release_mu_);
   release_locked(next, std::move(written));
 }
 
-void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageId> written) {
+void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> written) {
   std::vector<PageId> pages;
   {
     MutexLock l(dirty_mu_);
@@ -355,7 +355,8 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageId> written
                store_.known()[me_] + 1, store_.to_string());
   }
   std::map<int32_t, DiffBatch> batches;
-  Record rec{.writer = me_, .interval = interval, .lamport = next.lamport, .pages = {}};
+  Record rec{
+      .writer = me_, .interval = interval, .lamport = next.lamport, .pages = {}, .blocks = {}};
   // note: in batches of kStripeBatch pages, so a thread holds a bounded number of stripe locks
   // (each page is still write-protected and diffed under its own stripe).
   in_stripe_batches(table_, pages, [&](const std::vector<PageId>& batch) {
@@ -404,8 +405,18 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageId> written
     }
   });
   if (!written.empty()) {
-    rec.pages.insert(rec.pages.end(), written.begin(), written.end());
-    std::sort(rec.pages.begin(), rec.pages.end());
+    // note: HLRC's own pages count as wholly written; blocks are recorded only if some other
+    // protocol's page has a partial mask.
+    for (PageId p : rec.pages) written.push_back({p, memory::kAllBlocks});
+    std::sort(written.begin(), written.end(),
+              [](const PageWrite& a, const PageWrite& b) { return a.page < b.page; });
+    bool partial = std::any_of(written.begin(), written.end(),
+                               [](const PageWrite& w) { return w.blocks != memory::kAllBlocks; });
+    rec.pages.clear();
+    for (const PageWrite& w : written) {
+      rec.pages.push_back(w.page);
+      if (partial) rec.blocks.push_back(w.blocks);
+    }
   }
   if (rec.pages.empty()) return;
   size_t stored;
@@ -502,9 +513,24 @@ std::vector<std::byte> Hlrc::page_request(PageId page, const VersionVec& need) {
 }
 
 void Hlrc::apply_records(const std::vector<Record>& records) {
+  struct Written {
+    uint32_t writer, interval, blocks;
+  };
   std::unordered_map<PageId, VersionVec> need;
-  for (const Record& r : records)
-    for (PageId p : r.pages) need[p].raise(r.writer, r.interval);
+  std::unordered_map<PageId, std::vector<Written>> writes;  // for PageEntry::stale_blocks
+  for (const Record& r : records) {
+    for (size_t k = 0; k < r.pages.size(); ++k) {
+      need[r.pages[k]].raise(r.writer, r.interval);
+      writes[r.pages[k]].push_back({r.writer, r.interval, r.blocks_of(k)});
+    }
+  }
+  // The blocks the notices wrote that this node's copy lacks (the thesis's wBitMap).
+  auto stale_blocks = [&writes](PageId p, const PageEntry& e) {
+    uint32_t mask = 0;
+    for (const Written& w : writes[p])
+      if (e.version.get(w.writer) < w.interval) mask |= w.blocks;
+    return mask;
+  };
   std::vector<PageId> pages;
   pages.reserve(need.size());
   for (const auto& [p, v] : need) pages.push_back(p);
@@ -520,6 +546,7 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
       if (e.version.covers(e.required)) continue;  // our copy already has those writes
       if (opts_.mutant == Options::Mutant::kSkipInvalidate) continue;
       if (e.protocol != kHlrcId && e.protocol != memory::kProtocolUnknown) {
+        e.stale_blocks |= stale_blocks(p, e);
         foreign[e.protocol].push_back(p);  // its protocol invalidates it
         continue;
       }

@@ -112,7 +112,7 @@ class Hlrc final : public Protocol, public Consistency {
   // protocols wrote in it (`written`; they appear in the record next to HLRC's own pages).
   // REQUIRES: the caller serializes the two calls against other releases of this node.
   IntervalStamp next_interval() const;
-  void release_interval(const IntervalStamp& next, std::vector<memory::PageId> written);
+  void release_interval(const IntervalStamp& next, std::vector<PageWrite> written);
   // Write notices naming pages of other protocols: after raising their PageEntry::required,
   // acquire() hands them to `hook` (one call per protocol, on the acquiring thread).
   using ForeignPages = std::function<void(ProtocolId, std::vector<memory::PageId>)>;
@@ -159,7 +159,7 @@ class Hlrc final : public Protocol, public Consistency {
   };
 
   bool handle_fault(void* addr, bool is_write);
-  void release_locked(const IntervalStamp& next, std::vector<memory::PageId> written)
+  void release_locked(const IntervalStamp& next, std::vector<PageWrite> written)
       REQUIRES(release_mu_);
   bool fault_home(memory::PageId page, memory::PageEntry& e, bool is_write, MutexLock& held)
       REQUIRES(table_.lock_of(page));

@@ -33,14 +33,20 @@ bool ByteReader::bytes(size_t n, std::span<const std::byte>* out) {
   return true;
 }
 
+namespace {
+constexpr uint32_t kHasBlocks = uint32_t{1} << 31;  // a record's page count: block masks follow
+}  // namespace
+
 void write_records(ByteWriter& w, const std::vector<const Record*>& records) {
   w.u32(static_cast<uint32_t>(records.size()));
   for (const Record* r : records) {
     w.u32(r->writer);
     w.u32(r->interval);
     w.u32(r->lamport);
-    w.u32(static_cast<uint32_t>(r->pages.size()));
+    const uint32_t n = static_cast<uint32_t>(r->pages.size());
+    w.u32(r->blocks.empty() ? n : n | kHasBlocks);
     for (uint64_t p : r->pages) w.u64(p);
+    for (uint32_t b : r->blocks) w.u32(b);
   }
 }
 
@@ -57,12 +63,24 @@ Result<std::vector<Record>> read_records(ByteReader& r, uint32_t nodes, uint64_t
     if (rec.writer >= nodes || rec.interval == 0)
       return Status::malformed(
           fmt::format("write notices: record ({}, {}) out of range", rec.writer, rec.interval));
-    if (n > r.left() / 8) return Status::malformed("write notices: page count exceeds the payload");
+    const bool has_blocks = (n & kHasBlocks) != 0;
+    n &= ~kHasBlocks;
+    if (n > r.left() / (has_blocks ? 12 : 8))
+      return Status::malformed("write notices: page count exceeds the payload");
     rec.pages.resize(n);
-    for (uint64_t& p : rec.pages) {
+    for (size_t k = 0; k < n; ++k) {
+      uint64_t& p = rec.pages[k];
       r.u64(&p);
       if (p >= num_pages)
         return Status::malformed(fmt::format("write notices: page {} outside the region", p));
+      if (k > 0 && p <= rec.pages[k - 1])
+        return Status::malformed("write notices: pages of a record not increasing");
+    }
+    if (has_blocks) {
+      rec.blocks.resize(n);
+      for (uint32_t& b : rec.blocks)
+        if (!r.u32(&b) || b == 0)
+          return Status::malformed("write notices: a page with no written block");
     }
   }
   return out;

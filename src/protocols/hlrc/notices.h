@@ -13,9 +13,13 @@
 // the largest stamp it has stored, so an interval that happens before another has a smaller
 // stamp. Protocols that apply diffs from several writers (lrc_mw) order them by it.
 //
+// A record may also say, per page, which 128-byte blocks (pseudo pages, memory/diff.h) the
+// interval wrote: single_owner's readers fetch only those. Pages of protocols that do not track
+// blocks count as wholly written (memory::kAllBlocks).
+//
 // Wire format of a record set (lock grants, barrier arrivals and releases):
-//   u32 count, then per record: u32 writer, u32 interval, u32 lamport, u32 npages,
-//   u64 page[npages]
+//   u32 count, then per record: u32 writer, u32 interval, u32 lamport, u32 n,
+//   u64 page[npages], and if bit 31 of n is set, u32 blocks[npages]  (npages = n & 0x7fffffff)
 #pragma once
 
 #include <cstdint>
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "loom/status.h"
+#include "memory/diff.h"
 #include "memory/page_table.h"
 
 namespace loom::protocols::hlrc {
@@ -34,7 +39,17 @@ struct Record {
   uint32_t writer = 0;
   uint32_t interval = 0;
   uint32_t lamport = 0;
-  std::vector<uint64_t> pages;
+  std::vector<uint64_t> pages;   // sorted
+  std::vector<uint32_t> blocks;  // empty (every page wholly written) or one mask per page
+
+  // The blocks the interval wrote in pages[k].
+  uint32_t blocks_of(size_t k) const { return blocks.empty() ? memory::kAllBlocks : blocks[k]; }
+};
+
+// A page a protocol wrote in the interval being closed, and the blocks it wrote.
+struct PageWrite {
+  uint64_t page = 0;
+  uint32_t blocks = memory::kAllBlocks;
 };
 
 // The label of the interval a node is about to close: its number and Lamport timestamp.

@@ -313,7 +313,7 @@ void LrcMw::install_base(PageId page, PageEntry& e, comm::NodeId writer,
 
 // --- Release and acquire --------------------------------------------------------------------
 
-void LrcMw::close_interval(const IntervalStamp& next, std::vector<PageId>* written) {
+void LrcMw::close_interval(const IntervalStamp& next, std::vector<PageWrite>* written) {
   std::vector<PageId> pages;
   {
     MutexLock l(dirty_mu_);
@@ -348,7 +348,7 @@ void LrcMw::close_interval(const IntervalStamp& next, std::vector<PageId>* writt
         MutexLock d(diffs_mu_);
         diffs_[p].push_back({next.interval, next.lamport, std::move(diff)});
       }
-      written->push_back(p);
+      written->push_back({p, memory::kAllBlocks});
     }
   });
 }

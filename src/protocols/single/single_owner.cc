@@ -1,0 +1,588 @@
+#include "protocols/single/single_owner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <map>
+
+#include "base/log.h"
+#include "memory/diff.h"
+
+namespace loom::protocols::single {
+
+using memory::kAllBlocks;
+using memory::kBlockSize;
+using memory::kBlocksPerPage;
+using memory::kPageBytes;
+using memory::PageEntry;
+using memory::PageId;
+using memory::Prot;
+using memory::VersionVec;
+
+namespace {
+
+uint8_t st(PageState s) { return static_cast<uint8_t>(s); }
+
+const char* state_name(uint8_t s) {
+  switch (static_cast<PageState>(s)) {
+    case PageState::kUnknown:
+      return "unknown";
+    case PageState::kInvalid:
+      return "invalid";
+    case PageState::kReadOnly:
+      return "read-only";
+    case PageState::kWritable:
+      return "writable";
+    case PageState::kOwnerPrivate:
+      return "owner-private";
+    case PageState::kOwnerShared:
+      return "owner-shared";
+  }
+  return "?";
+}
+
+// An owner's reply to a read request: its version, which of the asked blocks follow (`sent`)
+// and which are all zeros (`zero`, not sent); sent | zero is exactly what was asked.
+struct BlockReply {
+  VersionVec version;
+  uint32_t sent = 0, zero = 0;
+  std::span<const std::byte> data;  // popcount(sent) blocks, in block order
+};
+
+bool parse_reply(std::span<const std::byte> in, uint32_t nodes, uint32_t asked, BlockReply* out) {
+  ByteReader r(in);
+  if (!read_version(r, nodes, &out->version).is_ok() || !r.u32(&out->sent) || !r.u32(&out->zero))
+    return false;
+  if ((out->sent & out->zero) != 0 || (out->sent | out->zero) != asked) return false;
+  return r.bytes(std::popcount(out->sent) * kBlockSize, &out->data) && r.left() == 0;
+}
+
+// Writes the reply's blocks into `page`; zero blocks are cleared unless `skip_zero`.
+void put_blocks(const BlockReply& rep, std::byte* page, bool skip_zero) {
+  const std::byte* src = rep.data.data();
+  for (uint32_t b = 0; b < kBlocksPerPage; ++b) {
+    const uint32_t bit = uint32_t{1} << b;
+    if ((rep.sent & bit) != 0) {
+      std::memcpy(page + b * kBlockSize, src, kBlockSize);
+      src += kBlockSize;
+    } else if ((rep.zero & bit) != 0 && !skip_zero) {
+      std::memset(page + b * kBlockSize, 0, kBlockSize);
+    }
+  }
+}
+
+}  // namespace
+
+SingleOwner::SingleOwner(const Core& core)
+    : comm_(core.comm),
+      frames_(core.frames),
+      table_(core.table),
+      heap_(core.heap),
+      id_(core.id),
+      me_(core.comm.rank()),
+      nodes_(core.comm.size()),
+      kReadRequest(core.msg(0)),
+      kDiffs(core.msg(1)) {}
+
+SingleOwner::~SingleOwner() = default;
+
+Status SingleOwner::register_messages() {
+  comm::MessageRegistry& reg = comm_.registry();
+  Status s = reg.add(
+      kReadRequest, "single_owner.read_request",
+      [this](comm::Incoming& in) { return on_read_request(in); },
+      [](std::span<const std::byte> p) {
+        uint64_t page = 0;
+        uint32_t blocks = 0;
+        if (p.size() >= 12) {
+          std::memcpy(&page, p.data(), 8);
+          std::memcpy(&blocks, p.data() + 8, 4);
+        }
+        return fmt::format("page={} blocks={:#010x}", page, blocks);
+      });
+  if (!s) return s;
+  return reg.add(
+      kDiffs, "single_owner.diffs", [this](comm::Incoming& in) { return on_diffs(in); },
+      [](std::span<const std::byte> p) {
+        uint32_t h[2] = {};
+        if (p.size() >= sizeof h) std::memcpy(h, p.data(), sizeof h);
+        return fmt::format("interval={} pages={} bytes={}", h[0], h[1], p.size());
+      });
+}
+
+CounterList SingleOwner::counter_list() const {
+  const Counters& c = counters_;
+  return {{"read_faults", relaxed(c.read_faults)},
+          {"write_faults", relaxed(c.write_faults)},
+          {"twins", relaxed(c.twins)},
+          {"diffs_created", relaxed(c.diffs_created)},
+          {"diff_bytes", relaxed(c.diff_bytes)},
+          {"diffs_applied", relaxed(c.diffs_applied)},
+          {"page_requests", relaxed(c.page_requests)},
+          {"whole_pages", relaxed(c.whole_pages)},
+          {"blocks_fetched", relaxed(c.blocks_fetched)},
+          {"zero_blocks", relaxed(c.zero_blocks)},
+          {"fetch_retries", relaxed(c.fetch_retries)},
+          {"two_way_merges", relaxed(c.two_way_merges)},
+          {"invalidations", relaxed(c.invalidations)},
+          {"requests_held", relaxed(c.requests_held)},
+          {"fault_ns", relaxed(c.fault_ns)},
+          {"fetch_wait_ns", relaxed(c.fetch_wait_ns)},
+          {"owner_wait_ns", relaxed(c.owner_wait_ns)}};
+}
+
+std::string SingleOwner::dump_page(PageId page) {
+  PageEntry* e = table_.find(page);
+  if (e == nullptr) return fmt::format("page {}: no entry", page);
+  return fmt::format(
+      "page {} on node {} (single_owner): owner={} state={} prot={} fetching={} dirty={} twin={} "
+      "stale_blocks={:#010x} last_flush={} version={} required={}",
+      page, me_, e->home, state_name(e->state), memory::prot_name(e->prot), e->fetching,
+      e->in_dirty_list, e->twin != nullptr, e->stale_blocks, e->last_flush, e->version.to_string(),
+      e->required.to_string());
+}
+
+void SingleOwner::add_dirty(PageId page, PageEntry& e) {
+  if (e.in_dirty_list) return;
+  e.in_dirty_list = true;
+  MutexLock l(dirty_mu_);
+  dirty_.push_back(page);
+}
+
+void SingleOwner::twin(PageId page, PageEntry& e) {
+  e.twin.reset(new std::byte[kPageBytes]);
+  std::memcpy(e.twin.get(), frames_.sys_page(page), kPageBytes);
+  counters_.twins.fetch_add(1, std::memory_order_relaxed);
+}
+
+// --- Faults ---------------------------------------------------------------------------------
+
+bool SingleOwner::on_fault(void* addr, bool is_write) {
+  const int64_t t0 = comm::now_ns();
+  const PageId page = frames_.page_of(addr);
+  PageEntry& e = table_.at(page);
+  (is_write ? counters_.write_faults : counters_.read_faults)
+      .fetch_add(1, std::memory_order_relaxed);
+  bool ok = true, need_fetch = false;
+  for (;;) {
+    int32_t home;
+    {
+      MutexLock l(table_.lock_of(page));
+      home = e.home;
+    }
+    if (home == memory::kHomeUnknown) {
+      // First touch: the allocation's owner decides who owns the page (the thesis's initial
+      // owner grants the ownership once).
+      home = heap_.resolve_home(page);
+      if (home == memory::kNotAllocated) return false;
+    }
+    MutexLock l(table_.lock_of(page));
+    e.protocol = id_;
+    if (e.home == memory::kHomeUnknown) e.home = home;
+    if (is_write ? e.prot == Prot::kReadWrite : e.prot != Prot::kNone) {
+      // Another thread handled the page meanwhile, or the view was collapsed.
+      counters_.refaults.fetch_add(1, std::memory_order_relaxed);
+      frames_.protect(page, 1, e.prot);
+      break;
+    }
+    if (e.home == static_cast<int32_t>(me_)) {
+      ok = fault_owner(page, e, is_write);
+      break;
+    }
+    if (e.fetching) {  // another thread of this node fetches it: one fetch serves both
+      table_.cv_of(page).wait(table_.lock_of(page));
+      continue;
+    }
+    if (e.state == st(PageState::kReadOnly)) {
+      // First write in this interval: twin, then open for writing.
+      LOOM_CHECK(is_write, "read fault on a readable copy: {}", dump_page(page));
+      twin(page, e);
+      e.state = st(PageState::kWritable);
+      e.prot = Prot::kReadWrite;
+      add_dirty(page, e);
+      frames_.protect(page, 1, e.prot);
+      break;
+    }
+    LOOM_CHECK(e.state == st(PageState::kUnknown) || e.state == st(PageState::kInvalid),
+               "fault in an impossible state: {}", dump_page(page));
+    e.fetching = true;
+    need_fetch = true;
+    break;
+  }
+  if (need_fetch) ok = fetch(page, is_write);
+  counters_.fault_ns.fetch_add(comm::now_ns() - t0, std::memory_order_relaxed);
+  return ok;
+}
+
+bool SingleOwner::fault_owner(PageId page, PageEntry& e, bool is_write) {
+  if (!e.version.covers(e.required)) {
+    // An acquire told us of writes whose diffs have not reached us yet.
+    const int64_t t0 = comm::now_ns();
+    while (!e.version.covers(e.required)) table_.cv_of(page).wait(table_.lock_of(page));
+    counters_.owner_wait_ns.fetch_add(comm::now_ns() - t0, std::memory_order_relaxed);
+  }
+  e.stale_blocks = 0;  // the owner's copy is the page
+  switch (static_cast<PageState>(e.state)) {
+    case PageState::kUnknown:
+    case PageState::kOwnerPrivate:
+      e.state = st(PageState::kOwnerPrivate);
+      e.prot = Prot::kReadWrite;
+      break;
+    case PageState::kOwnerShared:
+      if (is_write && !e.in_dirty_list) {
+        twin(page, e);  // only to tell which blocks the notice names
+        add_dirty(page, e);
+      }
+      e.prot = e.in_dirty_list ? Prot::kReadWrite : Prot::kRead;
+      break;
+    default:
+      log::fatal(fmt::format("owner's page in a copy state: {}", dump_page(page)));
+  }
+  frames_.protect(page, 1, e.prot);
+  return true;
+}
+
+bool SingleOwner::fetch(PageId page, bool is_write) {
+  PageEntry& e = table_.at(page);
+  for (;;) {
+    std::vector<std::byte> req;
+    int32_t home;
+    uint32_t asked;
+    {
+      MutexLock l(table_.lock_of(page));
+      home = e.home;
+      // A page never used here is fetched whole; a stale copy only in the blocks that the
+      // notices it lacks wrote.
+      asked =
+          e.state == st(PageState::kUnknown) || e.stale_blocks == 0 ? kAllBlocks : e.stale_blocks;
+      if (mutant_ == Mutant::kOneBlock && asked != kAllBlocks) asked &= ~asked + 1;
+      ByteWriter w(&req);
+      w.u64(page);
+      w.u32(asked);
+      write_version(w, e.required);
+    }
+    const int64_t w0 = comm::now_ns();
+    Result<comm::Buffer> reply = comm_.call(static_cast<comm::NodeId>(home), kReadRequest, req);
+    counters_.fetch_wait_ns.fetch_add(comm::now_ns() - w0, std::memory_order_relaxed);
+    LOOM_CHECK(reply.is_ok(), "fetching page {} from its owner, node {}: {}", page, home,
+               reply.status().to_string());
+    counters_.page_requests.fetch_add(1, std::memory_order_relaxed);
+
+    MutexLock l(table_.lock_of(page));
+    install(page, e, asked, reply->span());
+    if (!e.version.covers(e.required) || e.stale_blocks != 0) {
+      // Notices that arrived while the request was in flight need more (or newer) blocks.
+      counters_.fetch_retries.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    if (e.twin != nullptr) {
+      e.state = st(PageState::kWritable);  // local writes of this interval survive
+      e.prot = Prot::kReadWrite;
+    } else if (is_write) {
+      twin(page, e);
+      e.state = st(PageState::kWritable);
+      e.prot = Prot::kReadWrite;
+      add_dirty(page, e);
+    } else {
+      e.state = st(PageState::kReadOnly);
+      e.prot = Prot::kRead;
+    }
+    e.fetching = false;
+    frames_.protect(page, 1, e.prot);
+    table_.notify(page);
+    return true;
+  }
+}
+
+void SingleOwner::install(PageId page, PageEntry& e, uint32_t asked,
+                          std::span<const std::byte> reply) {
+  BlockReply rep;
+  LOOM_CHECK(parse_reply(reply, nodes_, asked, &rep),
+             "malformed reply for blocks {:#010x} of page {} from its owner: {}", asked, page,
+             dump_page(page));
+  if (!rep.version.covers(e.required)) {
+    // Newer notices arrived while the request was in flight: these blocks may be too old. Ask
+    // again (nothing is installed, `stale_blocks` keeps every block still to fetch).
+    return;
+  }
+  std::byte* sys = frames_.sys_page(page);
+  if (e.twin != nullptr) {
+    // Two-way diffing: unreleased local writes survive the owner's blocks, and stay out of the
+    // twin so the next diff holds only them.
+    std::vector<std::byte> local;
+    memory::diff_create(e.twin.get(), sys, &local);
+    put_blocks(rep, e.twin.get(), false);
+    put_blocks(rep, sys, false);
+    Status s = memory::diff_apply(local, sys);
+    LOOM_CHECK(s.is_ok(), "re-applying local writes: {}: {}", s.to_string(), dump_page(page));
+    counters_.two_way_merges.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    // note: a page never used here is still a hole in the memfd and reads as zeros.
+    put_blocks(rep, sys, e.state == st(PageState::kUnknown));
+  }
+  if (asked == kAllBlocks) {
+    e.version.raise_all(rep.version);  // the copy is now the owner's
+    counters_.whole_pages.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    // Only the blocks the notices named were replaced; the rest of the copy already held their
+    // writes, but not necessarily the owner's newer ones: the copy is at `required`.
+    counters_.blocks_fetched.fetch_add(std::popcount(rep.sent), std::memory_order_relaxed);
+  }
+  counters_.zero_blocks.fetch_add(std::popcount(rep.zero), std::memory_order_relaxed);
+  e.stale_blocks &= ~asked;
+  if (mutant_ == Mutant::kOneBlock) e.stale_blocks = 0;
+  if (e.stale_blocks == 0) e.version.raise_all(e.required);
+  if (e.state == st(PageState::kUnknown)) e.state = st(PageState::kInvalid);
+}
+
+// --- Release and acquire --------------------------------------------------------------------
+
+void SingleOwner::close_interval(const IntervalStamp& next, std::vector<PageWrite>* written) {
+  std::vector<PageId> pages;
+  {
+    MutexLock l(dirty_mu_);
+    pages.swap(dirty_);
+  }
+  std::sort(pages.begin(), pages.end());
+  struct Batch {
+    std::vector<std::byte> bytes;
+    uint32_t count = 0;
+  };
+  std::map<int32_t, Batch> batches;  // diffs per owner
+  in_stripe_batches(table_, pages, [&](const std::vector<PageId>& batch) {
+    // Write-protect first: a local thread writing meanwhile faults and waits for the stripe, so
+    // each diff holds every write of this interval and none of the next.
+    std::vector<PageId> open;
+    for (PageId p : batch)
+      if (table_.at(p).prot == Prot::kReadWrite) open.push_back(p);
+    protect_runs(frames_, open, Prot::kRead);
+    for (PageId p : batch) {
+      PageEntry& e = table_.at(p);
+      e.in_dirty_list = false;
+      if (e.prot == Prot::kReadWrite) e.prot = Prot::kRead;
+      if (e.state == st(PageState::kWritable)) e.state = st(PageState::kReadOnly);
+      if (e.home == static_cast<int32_t>(me_)) {
+        // The owner's copy is the page: only the notice's block mask is needed. A page that
+        // became shared while written privately has no twin: all of it counts as written.
+        uint32_t blocks = kAllBlocks;
+        if (e.twin != nullptr) blocks = memory::changed_blocks(e.twin.get(), frames_.sys_page(p));
+        e.twin.reset();
+        if (blocks == 0) continue;
+        e.version.raise(me_, next.interval);
+        written->push_back({p, blocks});
+        continue;
+      }
+      if (e.twin == nullptr) continue;
+      const uint32_t blocks = memory::changed_blocks(e.twin.get(), frames_.sys_page(p));
+      Batch& b = batches[e.home];
+      ByteWriter w(&b.bytes);
+      const size_t at = w.size();
+      w.u64(p);
+      w.u32(e.last_flush);
+      w.u32(0);  // length, patched below
+      const size_t n = memory::diff_create(e.twin.get(), frames_.sys_page(p), &b.bytes);
+      e.twin.reset();
+      if (n == 0) {  // written back to what it was: nothing to send or announce
+        b.bytes.resize(at);
+        continue;
+      }
+      w.patch_u32(at + 12, static_cast<uint32_t>(n));
+      ++b.count;
+      e.last_flush = next.interval;
+      // The owner must include this diff in any blocks we fetch from now on, and our own copy
+      // (if valid) already does.
+      e.required.raise(me_, next.interval);
+      e.version.raise(me_, next.interval);
+      written->push_back({p, blocks});
+      counters_.diffs_created.fetch_add(1, std::memory_order_relaxed);
+      counters_.diff_bytes.fetch_add(n, std::memory_order_relaxed);
+    }
+  });
+  for (auto& [owner, b] : batches) {
+    if (b.count == 0) continue;
+    std::vector<std::byte> payload;
+    ByteWriter w(&payload);
+    w.u32(next.interval);
+    w.u32(b.count);
+    w.bytes(b.bytes);
+    Status s = comm_.send(static_cast<comm::NodeId>(owner), kDiffs, payload);
+    LOOM_CHECK(s.is_ok(), "sending diffs to node {}: {}", owner, s.to_string());
+  }
+}
+
+void SingleOwner::invalidate(std::vector<PageId> pages) {
+  std::sort(pages.begin(), pages.end());
+  in_stripe_batches(table_, pages, [&](const std::vector<PageId>& batch) {
+    std::vector<PageId> close;
+    for (PageId p : batch) {
+      PageEntry& e = table_.at(p);
+      if (e.version.covers(e.required)) {
+        e.stale_blocks = 0;
+        continue;
+      }
+      if (e.home == static_cast<int32_t>(me_)) {
+        // The owner's copy lacks diffs still in flight: no access until they arrive.
+        e.stale_blocks = 0;
+        if (e.prot != Prot::kNone) close.push_back(p);
+        e.prot = Prot::kNone;
+      } else if (e.state == st(PageState::kReadOnly) || e.state == st(PageState::kWritable)) {
+        e.state = st(PageState::kInvalid);  // a twin, if any, stays (see install)
+        e.prot = Prot::kNone;
+        close.push_back(p);
+        counters_.invalidations.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    protect_runs(frames_, close, Prot::kNone);
+  });
+}
+
+// --- Owner side -----------------------------------------------------------------------------
+
+Status SingleOwner::on_read_request(comm::Incoming& in) {
+  ByteReader r(in.payload());
+  uint64_t page;
+  uint32_t blocks;
+  VersionVec need;
+  if (!r.u64(&page) || !r.u32(&blocks)) return Status::malformed("read request: truncated");
+  if (page >= frames_.num_pages())
+    return Status::malformed(fmt::format("read request: page {} outside the region", page));
+  if (blocks == 0) return Status::malformed(fmt::format("read request: no block of page {}", page));
+  if (Status s = read_version(r, nodes_, &need); !s) return s;
+  if (r.left() != 0) return Status::malformed("read request: trailing bytes");
+  PageEntry& e = table_.at(page);
+  std::vector<std::byte> out;
+  {
+    MutexLock l(table_.lock_of(page));
+    if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
+    if (e.home != static_cast<int32_t>(me_))
+      return Status::malformed(
+          fmt::format("read request for page {} whose owner is node {}", page, e.home));
+    e.protocol = id_;
+    if (e.state == st(PageState::kUnknown)) {
+      e.state = st(PageState::kOwnerShared);
+    } else if (e.state == st(PageState::kOwnerPrivate)) {
+      // The page becomes shared. Writes made while it was private carry no notice, so count the
+      // page as written in the current interval (wholly: there is no twin): the next release
+      // announces it, and from then on writes are detected. It stays writable until then.
+      e.state = st(PageState::kOwnerShared);
+      add_dirty(page, e);
+    }
+    if (!e.version.covers(need)) {
+      counters_.requests_held.fetch_add(1, std::memory_order_relaxed);
+      MutexLock h(held_mu_);
+      held_requests_[page].push_back({in.reply_to(), blocks, std::move(need)});
+      return Status::ok();
+    }
+    out = reply_locked(page, e, blocks);
+  }
+  // note: sent after the stripe lock is released (as HLRC's replies).
+  return comm_.reply(in.reply_to(), out);
+}
+
+std::vector<std::byte> SingleOwner::reply_locked(PageId page, PageEntry& e, uint32_t blocks) {
+  const std::byte* sys = frames_.sys_page(page);
+  const uint32_t zero = blocks & memory::zero_blocks(sys);
+  const uint32_t sent = blocks & ~zero;
+  std::vector<std::byte> out;
+  out.reserve(16 + 8 * e.version.entries().size() + std::popcount(sent) * kBlockSize);
+  ByteWriter w(&out);
+  write_version(w, e.version);
+  w.u32(sent);
+  w.u32(zero);
+  for (uint32_t b = 0; b < kBlocksPerPage; ++b)
+    if ((sent >> b) & 1) w.bytes({sys + b * kBlockSize, kBlockSize});
+  return out;
+}
+
+Status SingleOwner::on_diffs(comm::Incoming& in) {
+  ByteReader r(in.payload());
+  const uint32_t writer = in.src();
+  uint32_t interval, count;
+  if (!r.u32(&interval) || !r.u32(&count) || interval == 0)
+    return Status::malformed("diffs: bad header");
+  for (uint32_t k = 0; k < count; ++k) {
+    uint64_t page;
+    uint32_t prev, len;
+    std::span<const std::byte> diff;
+    if (!r.u64(&page) || !r.u32(&prev) || !r.u32(&len) || !r.bytes(len, &diff) ||
+        page >= frames_.num_pages() || prev >= interval)
+      return Status::malformed("diffs: bad page entry");
+    PageEntry& e = table_.at(page);
+    std::vector<ReadyReply> ready;
+    {
+      MutexLock l(table_.lock_of(page));
+      if (e.home != static_cast<int32_t>(me_))
+        return Status::malformed(
+            fmt::format("diff for page {} whose owner is node {}", page, e.home));
+      apply_diff_locked(page, e, writer, interval, prev, diff, &ready);
+    }
+    for (ReadyReply& rr : ready) {
+      Status s = comm_.reply(rr.to, rr.payload);
+      if (!s) LOOM_WARN("answering a held request for page {}: {}", page, s.to_string());
+    }
+  }
+  if (r.left() != 0) return Status::malformed("diffs: trailing bytes");
+  return Status::ok();
+}
+
+void SingleOwner::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_t interval,
+                                    uint32_t prev, std::span<const std::byte> diff,
+                                    std::vector<ReadyReply>* ready) {
+  LOOM_CHECK(e.version.get(writer) <= prev,
+             "diff ({}, {}) for page {} arrived twice or out of order: {}", writer, interval, page,
+             dump_page(page));
+  {
+    MutexLock h(held_mu_);
+    if (e.version.get(writer) < prev) {
+      // An earlier diff of the same writer for this page is still in flight (messages from one
+      // node may be reordered): keep this one until that one has been applied.
+      counters_.diffs_held.fetch_add(1, std::memory_order_relaxed);
+      held_diffs_[page].push_back({writer, interval, prev, {diff.begin(), diff.end()}});
+      return;
+    }
+  }
+  std::vector<std::byte> owned;
+  for (;;) {
+    Status s = memory::diff_apply(diff, frames_.sys_page(page));
+    LOOM_CHECK(s.is_ok(), "diff ({}, {}) for page {}: {}: {}", writer, interval, page,
+               s.to_string(), dump_page(page));
+    e.version.raise(writer, interval);
+    counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
+    // The next held diff this one unblocks, if any.
+    MutexLock h(held_mu_);
+    auto it = held_diffs_.find(page);
+    if (it == held_diffs_.end()) break;
+    auto& v = it->second;
+    auto next = std::find_if(v.begin(), v.end(),
+                             [&e](const HeldDiff& d) { return d.prev == e.version.get(d.writer); });
+    if (next == v.end()) break;
+    writer = next->writer;
+    interval = next->interval;
+    owned = std::move(next->diff);
+    diff = owned;
+    v.erase(next);
+    if (v.empty()) held_diffs_.erase(it);
+  }
+  // Held requests this diff satisfies.
+  {
+    MutexLock h(held_mu_);
+    auto it = held_requests_.find(page);
+    if (it != held_requests_.end()) {
+      auto& v = it->second;
+      for (size_t k = 0; k < v.size();) {
+        if (e.version.covers(v[k].need)) {
+          ready->push_back({v[k].to, reply_locked(page, e, v[k].blocks)});
+          v.erase(v.begin() + static_cast<ptrdiff_t>(k));
+        } else {
+          ++k;
+        }
+      }
+      if (v.empty()) held_requests_.erase(it);
+    }
+  }
+  table_.notify(page);
+}
+
+}  // namespace loom::protocols::single

@@ -1,0 +1,143 @@
+// single_owner: the thesis's single-owner protocol (../../docs/protocols/single_owner.md).
+//
+// Lazy release consistency with multiple writers, where every page has one *owner* that keeps
+// its current contents (thesis ch. 3-4):
+//
+//   - The owner is the first node to touch the page (the allocation's placement decides, first
+//     touch by default; the allocation's owner arbitrates, as the thesis's initial owner).
+//   - A writer twins a copy before its first write in an interval; at a release it diffs the
+//     copy, sends the diff to the owner (batched per owner) and names the page in the interval's
+//     write notice *with the blocks it wrote*: a page is 32 pseudo pages of 128 bytes, and the
+//     notice carries a 32-bit mask of those the diff touched. Nothing stays at the writer.
+//   - Write notices travel with synchronization (the notice core's). An acquire raises the
+//     named pages' `required` versions, ors the notices' masks into `stale_blocks` (the
+//     thesis's wBitMap) and invalidates copies that lack those writes.
+//   - A fault on an invalid copy asks the owner for the stale pseudo pages only, at a version
+//     covering `required`; the owner holds the request until the diffs it needs have arrived,
+//     then replies with those blocks (all-zero blocks named, not sent). A page never used here
+//     is fetched whole. Unreleased local writes survive the install (two-way diff).
+//   - The owner writes its copy in place; while no other node has asked for the page it is
+//     *private* (no detection, no notices). Once shared, the owner twins it on the first write
+//     of an interval only to tell which blocks its notice names.
+//
+// On x86 a page cannot be writable without being readable, so a write fault on an invalid copy
+// fetches its stale blocks like a read fault (the thesis never fetched write-only pages: its
+// software write detection trapped reads separately). docs/protocols/single_owner.md.
+//
+// Threads: on_fault(), close_interval(), invalidate() on application threads (on_fault waits for
+// the owner's reply); the handlers run on the server thread, never wait and touch pages only
+// through the system view.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "base/thread_annotations.h"
+#include "protocols/protocol.h"
+
+namespace loom::protocols::single {
+
+// Page states (PageEntry::state).
+enum class PageState : uint8_t {
+  kUnknown = 0,       // never used here
+  kInvalid = 1,       // stale copy (may keep a twin: unreleased local writes)
+  kReadOnly = 2,      // valid copy, clean
+  kWritable = 3,      // valid copy with a twin, written in the current interval
+  kOwnerPrivate = 4,  // owner, no other node asked for the page: writable without detection
+  kOwnerShared = 5,   // owner, others have copies: writes detected (twin for the block mask)
+};
+
+struct Counters {
+  std::atomic<uint64_t> read_faults{0}, write_faults{0}, refaults{0}, twins{0}, diffs_created{0},
+      diff_bytes{0}, diffs_applied{0}, diffs_held{0}, requests_held{0}, page_requests{0},
+      whole_pages{0}, blocks_fetched{0}, zero_blocks{0}, fetch_retries{0}, two_way_merges{0},
+      invalidations{0}, fault_ns{0}, fetch_wait_ns{0}, owner_wait_ns{0};
+};
+
+// Test-only: a deliberately broken variant, so that the simulator's consistency checker can be
+// shown to catch it (loom-sim --mutant). Never set outside tests.
+enum class Mutant : uint8_t {
+  kNone,
+  kOneBlock,  // a stale copy fetches only the lowest of its stale blocks and takes it as valid
+};
+
+class SingleOwner final : public Protocol {
+ public:
+  explicit SingleOwner(const Core& core);
+  ~SingleOwner() override;
+  void set_mutant(Mutant m) { mutant_ = m; }  // before the node starts
+
+  Status register_messages() override;
+  bool on_fault(void* addr, bool is_write) override;
+  void release() override {}  // the work is in close_interval()
+  void acquire() override {}  // invalidations come through invalidate()
+  void close_interval(const IntervalStamp& next, std::vector<PageWrite>* written) override;
+  void invalidate(std::vector<memory::PageId> pages) override;
+  CounterList counter_list() const override;
+  std::string dump_page(memory::PageId page) override;
+
+  const Counters& counters() const { return counters_; }
+
+ private:
+  struct HeldRequest {
+    comm::ReplyTo to;
+    uint32_t blocks;
+    memory::VersionVec need;
+  };
+  struct HeldDiff {
+    uint32_t writer, interval, prev;
+    std::vector<std::byte> diff;
+  };
+  struct ReadyReply {
+    comm::ReplyTo to;
+    std::vector<std::byte> payload;
+  };
+
+  bool fault_owner(memory::PageId page, memory::PageEntry& e, bool is_write)
+      REQUIRES(table_.lock_of(page));
+  // Brings an invalid copy up to date from the owner. REQUIRES: the caller set e.fetching.
+  bool fetch(memory::PageId page, bool is_write);
+  // Installs an owner's reply (blocks `asked` of the page) under the stripe lock.
+  void install(memory::PageId page, memory::PageEntry& e, uint32_t asked,
+               std::span<const std::byte> reply) REQUIRES(table_.lock_of(page));
+  void twin(memory::PageId page, memory::PageEntry& e) REQUIRES(table_.lock_of(page));
+  void add_dirty(memory::PageId page, memory::PageEntry& e) REQUIRES(table_.lock_of(page))
+      EXCLUDES(dirty_mu_);
+
+  Status on_read_request(comm::Incoming& in);
+  Status on_diffs(comm::Incoming& in);
+  // Owner side, stripe lock held: applies a diff if it is the writer's next for the page, then
+  // the held diffs it unblocks, then builds the replies to held requests now satisfied.
+  void apply_diff_locked(memory::PageId page, memory::PageEntry& e, uint32_t writer,
+                         uint32_t interval, uint32_t prev, std::span<const std::byte> diff,
+                         std::vector<ReadyReply>* ready) REQUIRES(table_.lock_of(page));
+  // The reply to a read request for `blocks`: the owner's version, then the blocks.
+  std::vector<std::byte> reply_locked(memory::PageId page, memory::PageEntry& e, uint32_t blocks)
+      REQUIRES(table_.lock_of(page));
+
+  comm::Comm& comm_;
+  memory::PageFrames& frames_;
+  memory::PageTable& table_;
+  memory::Heap& heap_;
+  const ProtocolId id_;
+  const comm::NodeId me_;
+  const uint32_t nodes_;
+  const comm::MsgType kReadRequest, kDiffs;
+  mutable Counters counters_;
+  Mutant mutant_ = Mutant::kNone;
+
+  // Pages written in the current interval.
+  Mutex dirty_mu_;
+  std::vector<memory::PageId> dirty_ GUARDED_BY(dirty_mu_);
+
+  // Owner side: requests and diffs that wait for diffs not arrived yet (keyed by page; taken
+  // after the page's stripe lock).
+  Mutex held_mu_;
+  std::unordered_map<memory::PageId, std::vector<HeldRequest>> held_requests_ GUARDED_BY(held_mu_);
+  std::unordered_map<memory::PageId, std::vector<HeldDiff>> held_diffs_ GUARDED_BY(held_mu_);
+};
+
+}  // namespace loom::protocols::single
