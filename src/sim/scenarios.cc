@@ -140,7 +140,10 @@ void heat_flow(Simulation& sim, std::shared_ptr<Shared> sh, bool stop_vector) {
         if (p > 0) t.write_bytes(sh->addrs[2 * p - 1], pattern(kRowBytes, step * 2 * n + 2 * p));
         if (p + 1 < n)
           t.write_bytes(sh->addrs[2 * p], pattern(kRowBytes, step * 2 * n + 2 * p + 1));
-        if (stop_vector) t.write(dvec + p * kWord, 0);  // not steady yet: all 30 steps run
+        // This slice's largest change in the step (not steady yet: all 30 steps run). It differs
+        // from step to step, so every write is a real change (the thesis detected writes in
+        // software, where even an unchanged value counts).
+        if (stop_vector) t.write(dvec + p * kWord, uint64_t(step) + 1);
         t.barrier(barrier_id(0), n);
         if (stop_vector) t.read_bytes(dvec, d);
       }
@@ -148,28 +151,68 @@ void heat_flow(Simulation& sim, std::shared_ptr<Shared> sh, bool stop_vector) {
   }
 }
 
-// Integer sort (thesis Sec. 5.2.4, IS_1024): each node adds its local key counts to the global
-// array G (1024 4-byte counters, one page, homed at node 0) under a lock, keeping the subtotal
-// it found; after a barrier every node reads the final G. 10 iterations (the thesis does not
-// say how many; NAS IS runs 10).
-constexpr uint64_t kIsBytes = 1024 * 4;
+// Integer sort (thesis Sec. 5.2.4, IS_1024 and IS_128): each node adds its local key counts to
+// the global array G (B_max 4-byte counters: 1024 fill one page, 128 an eighth of it; homed at
+// node 0) under a lock, keeping the subtotal it found; after a barrier every node reads the
+// final G. 10 iterations (the thesis does not say how many; NAS IS runs 10).
 constexpr int kIsIterations = 10;
 
-void integer_sort(Simulation& sim, std::shared_ptr<Shared> sh) {
+void integer_sort(Simulation& sim, std::shared_ptr<Shared> sh, uint64_t keys) {
   uint32_t n = sim.nodes();
+  const uint64_t bytes = keys * 4;
   for (uint32_t node = 0; node < n; ++node) {
-    sim.spawn(node, [sh, n](Thread& t) {
-      if (t.node() == 0) sh->addrs = {t.alloc(kIsBytes, Placement::kNode, 0)};
-      set_up_done(t, *sh, [&] { return Ranges{{sh->addrs[0], kIsBytes}}; });
+    sim.spawn(node, [sh, n, bytes](Thread& t) {
+      if (t.node() == 0) sh->addrs = {t.alloc(bytes, Placement::kNode, 0)};
+      set_up_done(t, *sh, [&] { return Ranges{{sh->addrs[0], bytes}}; });
       const uint64_t g = sh->addrs[0];
-      std::vector<std::byte> buf(kIsBytes);
+      std::vector<std::byte> buf(bytes);
       for (int it = 0; it < kIsIterations; ++it) {
         t.lock(lock_id(0));
         t.read_bytes(g, buf);  // the subtotal of the nodes before this one
-        t.write_bytes(g, pattern(kIsBytes, it * n + t.node()));
+        t.write_bytes(g, pattern(bytes, it * n + t.node()));
         t.unlock(lock_id(0));
         t.barrier(barrier_id(0), n);
         t.read_bytes(g, buf);  // the final counts
+      }
+    });
+  }
+}
+
+// Barnes-Hut-style N-body (thesis Sec. 5.2.3): the positions of 8192 particles (3 doubles each)
+// in two shared arrays used alternately. Every step each node reads all positions of the
+// previous step (to build its private tree) and writes the new positions of its particles,
+// which costzones partitioning scatters over the array: here groups of 4 particles, group g
+// belonging to node hash(g) % n, so every page has writers on every node. Node 0 writes the
+// initial positions (first touch: it is every page's home or owner). 7 steps.
+constexpr uint64_t kBodies = 8192;
+constexpr uint64_t kBodyBytes = 3 * 8;
+constexpr uint64_t kGroup = 4;  // particles written together
+constexpr int kNbodySteps = 7;
+constexpr uint64_t kNbodyBytes = kBodies * kBodyBytes;
+
+void nbody(Simulation& sim, std::shared_ptr<Shared> sh) {
+  uint32_t n = sim.nodes();
+  for (uint32_t node = 0; node < n; ++node) {
+    sim.spawn(node, [sh, n](Thread& t) {
+      const uint32_t p = t.node();
+      if (p == 0) {
+        sh->addrs = {t.alloc(kNbodyBytes), t.alloc(kNbodyBytes)};
+        t.write_bytes(sh->addrs[0], pattern(kNbodyBytes, 1));
+        t.write_bytes(sh->addrs[1], pattern(kNbodyBytes, 2));
+      }
+      set_up_done(t, *sh, [&] {
+        return Ranges{{sh->addrs[0], kNbodyBytes}, {sh->addrs[1], kNbodyBytes}};
+      });
+      std::vector<std::byte> all(kNbodyBytes);
+      for (int step = 0; step < kNbodySteps; ++step) {
+        const uint64_t from = sh->addrs[step % 2], to = sh->addrs[(step + 1) % 2];
+        t.read_bytes(from, all);
+        for (uint64_t g = 0; g < kBodies / kGroup; ++g) {
+          if ((g * 0x9e3779b97f4a7c15ull >> 32) % n != p) continue;
+          t.write_bytes(to + g * kGroup * kBodyBytes,
+                        pattern(kGroup * kBodyBytes, uint64_t(step) * kBodies + g + 3));
+        }
+        t.barrier(barrier_id(0), n);
       }
     });
   }
@@ -215,9 +258,17 @@ const std::vector<Scenario>& scenarios() {
       {{"hfp_d", "heat flow with the stop vector D written by all and read by all every step"},
        2,
        [](Simulation& sim, std::shared_ptr<Shared> sh) { heat_flow(sim, std::move(sh), true); }},
-      {{"is", "integer sort: lock-protected updates of one global page, barrier, all read it; x10"},
+      {{"is",
+        "integer sort (IS_1024): lock-protected updates of one global page, barrier, all read "
+        "it; x10"},
        2,
-       integer_sort},
+       [](Simulation& sim, std::shared_ptr<Shared> sh) { integer_sort(sim, std::move(sh), 1024); }},
+      {{"is_128", "integer sort (IS_128): as is, with 128 counters (512 bytes)"},
+       2,
+       [](Simulation& sim, std::shared_ptr<Shared> sh) { integer_sort(sim, std::move(sh), 128); }},
+      {{"nbody", "Barnes-Hut-style: all read every position, each writes its scattered particles"},
+       2,
+       nbody},
       {{"ep", "embarrassingly parallel: each node writes its results once, node 0 reduces"},
        2,
        embarrassingly_parallel},
