@@ -31,6 +31,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -130,6 +131,24 @@ void protect_runs(memory::PageFrames& frames, std::vector<memory::PageId> pages,
 inline constexpr size_t kStripeBatch = 32;
 void in_stripe_batches(memory::PageTable& table, const std::vector<memory::PageId>& pages,
                        const std::function<void(const std::vector<memory::PageId>&)>& fn);
+
+// Home-based protocols hold a page request until the diffs it needs have arrived. Removes from
+// held[page] every entry (with a `need` VersionVec) that `have` now covers and returns them in
+// arrival order; drops the page's list once empty. The caller holds the map's lock.
+template <class Held>
+std::vector<Held> take_covered(std::unordered_map<memory::PageId, std::vector<Held>>& held,
+                               memory::PageId page, const memory::VersionVec& have) {
+  std::vector<Held> out;
+  auto it = held.find(page);
+  if (it == held.end()) return out;
+  std::vector<Held> rest;
+  for (Held& h : it->second) (have.covers(h.need) ? out : rest).push_back(std::move(h));
+  if (rest.empty())
+    held.erase(it);
+  else
+    it->second = std::move(rest);
+  return out;
+}
 
 // Builds protocol `id` for a node. REQUIRES: id < protocol_names().size().
 std::unique_ptr<Protocol> make_protocol(ProtocolId id, const Core& core);

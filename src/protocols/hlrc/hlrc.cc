@@ -513,17 +513,14 @@ std::vector<std::byte> Hlrc::page_request(PageId page, const VersionVec& need) {
 }
 
 void Hlrc::apply_records(const std::vector<Record>& records) {
+  // Per page, the notices naming it: (writer, interval, blocks written).
   struct Written {
     uint32_t writer, interval, blocks;
   };
-  std::unordered_map<PageId, VersionVec> need;
-  std::unordered_map<PageId, std::vector<Written>> writes;  // for PageEntry::stale_blocks
-  for (const Record& r : records) {
-    for (size_t k = 0; k < r.pages.size(); ++k) {
-      need[r.pages[k]].raise(r.writer, r.interval);
+  std::unordered_map<PageId, std::vector<Written>> writes;
+  for (const Record& r : records)
+    for (size_t k = 0; k < r.pages.size(); ++k)
       writes[r.pages[k]].push_back({r.writer, r.interval, r.blocks_of(k)});
-    }
-  }
   // The blocks the notices wrote that this node's copy lacks (the thesis's wBitMap).
   auto stale_blocks = [&writes](PageId p, const PageEntry& e) {
     uint32_t mask = 0;
@@ -532,8 +529,8 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
     return mask;
   };
   std::vector<PageId> pages;
-  pages.reserve(need.size());
-  for (const auto& [p, v] : need) pages.push_back(p);
+  pages.reserve(writes.size());
+  for (const auto& [p, ws] : writes) pages.push_back(p);
   std::sort(pages.begin(), pages.end());
   std::vector<Prefetch> prefetch;
   std::map<ProtocolId, std::vector<PageId>> foreign;
@@ -542,7 +539,7 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
     size_t first_prefetch = prefetch.size();
     for (PageId p : batch) {
       PageEntry& e = table_.at(p);
-      e.required.raise_all(need[p]);
+      for (const Written& w : writes[p]) e.required.raise(w.writer, w.interval);
       if (e.version.covers(e.required)) continue;  // our copy already has those writes
       if (opts_.mutant == Options::Mutant::kSkipInvalidate) continue;
       if (e.protocol != kHlrcId && e.protocol != memory::kProtocolUnknown) {
@@ -799,23 +796,12 @@ void Hlrc::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_
 }
 
 void Hlrc::answer_held_locked(PageId page, PageEntry& e, std::vector<ReadyReply>* out) {
-  std::vector<comm::ReplyTo> ready;
+  std::vector<HeldRequest> ready;
   {
     MutexLock h(held_mu_);
-    auto it = held_requests_.find(page);
-    if (it == held_requests_.end()) return;
-    auto& v = it->second;
-    for (size_t k = 0; k < v.size();) {
-      if (e.version.covers(v[k].need)) {
-        ready.push_back(v[k].to);
-        v.erase(v.begin() + static_cast<ptrdiff_t>(k));
-      } else {
-        ++k;
-      }
-    }
-    if (v.empty()) held_requests_.erase(it);
+    ready = take_covered(held_requests_, page, e.version);
   }
-  for (const comm::ReplyTo& to : ready) out->push_back({to, page_reply_locked(page, e, false)});
+  for (const HeldRequest& r : ready) out->push_back({r.to, page_reply_locked(page, e, false)});
 }
 
 }  // namespace loom::protocols::hlrc

@@ -566,22 +566,12 @@ void SingleOwner::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, 
     if (v.empty()) held_diffs_.erase(it);
   }
   // Held requests this diff satisfies.
+  std::vector<HeldRequest> covered;
   {
     MutexLock h(held_mu_);
-    auto it = held_requests_.find(page);
-    if (it != held_requests_.end()) {
-      auto& v = it->second;
-      for (size_t k = 0; k < v.size();) {
-        if (e.version.covers(v[k].need)) {
-          ready->push_back({v[k].to, reply_locked(page, e, v[k].blocks)});
-          v.erase(v.begin() + static_cast<ptrdiff_t>(k));
-        } else {
-          ++k;
-        }
-      }
-      if (v.empty()) held_requests_.erase(it);
-    }
+    covered = take_covered(held_requests_, page, e.version);
   }
+  for (const HeldRequest& r : covered) ready->push_back({r.to, reply_locked(page, e, r.blocks)});
   table_.notify(page);
 }
 
