@@ -19,11 +19,19 @@ using hlrc::IntervalStamp;
 using hlrc::PageWrite;
 using hlrc::VectorTime;
 
+// What a release is for. Protocols that may delay sending a write until someone asks for it
+// (hybrid) keep them across lock releases, and send everything at a barrier, where every node
+// is about to read what the others wrote.
+enum class ReleaseKind : uint8_t {
+  kLock,     // a lock release (and a condition variable's, which releases its lock)
+  kBarrier,  // a barrier arrival, a thread's creation or end, an explicit fence
+};
+
 class Consistency {
  public:
   virtual ~Consistency() = default;
   // Ends this node's interval (makes its writes available to later acquirers).
-  virtual void release() = 0;
+  virtual void release(ReleaseKind kind) = 0;
   // Brings this node's memory up to everything stored so far.
   virtual void acquire() = 0;
   virtual VectorTime vector_time() const = 0;

@@ -47,7 +47,7 @@ bool Platform::on_fault(void* addr, bool is_write) {
   return protocols_[id]->on_fault(addr, is_write);
 }
 
-void Platform::release() {
+void Platform::release(ReleaseKind kind) {
   // note: HLRC (id 0) last. The others' releases finish their own work (eager invalidations)
   // before it returns; HLRC's closes the interval whose notices the next acquirer receives,
   // with the pages the notice-using protocols wrote in it.
@@ -55,7 +55,8 @@ void Platform::release() {
   for (size_t k = protocols_.size(); k-- > 1;) protocols_[k]->release();
   const IntervalStamp next = notices_.next_interval();
   std::vector<PageWrite> written;
-  for (size_t k = 1; k < protocols_.size(); ++k) protocols_[k]->close_interval(next, &written);
+  for (size_t k = 1; k < protocols_.size(); ++k)
+    protocols_[k]->close_interval(next, kind, &written);
   notices_.release_interval(next, std::move(written));
 }
 

@@ -46,7 +46,7 @@ class Platform final : public memory::FaultTarget, public Consistency {
   bool on_fault(void* addr, bool is_write) override;
 
   // Consistency.
-  void release() override;
+  void release(ReleaseKind kind) override;
   void acquire() override;
   VectorTime vector_time() const override { return notices_.vector_time(); }
   void write_notices_for(const VectorTime& vt, ByteWriter& w) const override {

@@ -45,6 +45,10 @@ std::vector<Entry>& registry() {
        [](const Core& c) -> std::unique_ptr<Protocol> {
          return std::make_unique<single::SingleOwner>(c);
        }},
+      {"hybrid",
+       [](const Core& c) -> std::unique_ptr<Protocol> {
+         return std::make_unique<single::SingleOwner>(c, single::Variant::kHybrid);
+       }},
   };
   return entries;
 }

@@ -91,10 +91,12 @@ class Protocol {
   // For protocols built on the write-notice machinery (lrc_mw, single_owner). A release closes
   // the node's interval: after every protocol's release(), each one appends the pages it wrote
   // in the interval, labelled `next`, to `written` (with the blocks written, if it tracks
-  // them); they go into the interval's write notice. Application threads (one release at a
-  // time per node). Default: none.
-  virtual void close_interval(const IntervalStamp& next, std::vector<PageWrite>* written) {
+  // them); they go into the interval's write notice. `kind` says what the release is for.
+  // Application threads (one release at a time per node). Default: none.
+  virtual void close_interval(const IntervalStamp& next, ReleaseKind kind,
+                              std::vector<PageWrite>* written) {
     (void)next;
+    (void)kind;
     (void)written;
   }
   // An acquire raised PageEntry::required of these pages of this protocol (write notices named

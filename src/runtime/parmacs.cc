@@ -97,7 +97,7 @@ void run_created(uint64_t fn, uint64_t index, VectorTime creator_vt) {
   t_program_thread = true;
   r.platform().acquire();
   reinterpret_cast<void (*)(void)>(fn)();
-  r.platform().release();
+  r.platform().release(protocols::ReleaseKind::kBarrier);
   std::vector<std::byte> out;
   ByteWriter w(&out);
   w.u64(index);
@@ -132,7 +132,7 @@ void create_one(void (*fn)(void), long total) {
     return;
   }
   // CREATE is a release for the creator: what it wrote is visible to the new thread.
-  r.platform().release();
+  r.platform().release(protocols::ReleaseKind::kBarrier);
   std::vector<std::byte> out;
   ByteWriter w(&out);
   w.u64(reinterpret_cast<uint64_t>(fn));
@@ -441,7 +441,9 @@ unsigned long loom_pm_clock(void) {
          static_cast<unsigned long>(ts.tv_nsec) / 1000ul;
 }
 
-void loom_pm_release_fence(void) { loom::runtime::rt().platform().release(); }
+void loom_pm_release_fence(void) {
+  loom::runtime::rt().platform().release(loom::protocols::ReleaseKind::kBarrier);
+}
 void loom_pm_acquire_fence(void) { loom::runtime::rt().platform().acquire(); }
 
 }  // extern "C"

@@ -447,6 +447,9 @@ const std::vector<MutantInfo>& mutants() {
        Mutant::kNone, protocols::lrc::Mutant::kReverseOrder, "lrc_mw"},
       {"so_one_block", "single_owner fetches only the lowest stale block of a copy", Mutant::kNone,
        protocols::lrc::Mutant::kNone, "single_owner", protocols::single::Mutant::kOneBlock},
+      {"hy_keep_unannounced", "hybrid leaves a diff kept at a lock release out of the write notice",
+       Mutant::kNone, protocols::lrc::Mutant::kNone, "hybrid",
+       protocols::single::Mutant::kKeepUnannounced},
   };
   return m;
 }

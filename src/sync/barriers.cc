@@ -53,7 +53,7 @@ Status BarrierService::register_messages() {
 }
 
 void BarrierService::wait(uint64_t id, uint32_t count) {
-  consistency_.release();
+  consistency_.release(protocols::ReleaseKind::kBarrier);
   Waiter w;
   std::vector<std::byte> payload;
   {

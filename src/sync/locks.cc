@@ -164,7 +164,7 @@ bool LockService::try_lock(uint64_t id) {
 void LockService::unlock(uint64_t id) {
   // Every unlock is a release: this node's writes go to their homes and its interval ends, so
   // whoever takes the lock next (here or elsewhere) can see them.
-  consistency_.release();
+  consistency_.release(protocols::ReleaseKind::kLock);
   Waiter* next = nullptr;
   Grant grant;
   bool ask = false;

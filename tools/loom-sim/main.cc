@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
   app.add_option("--schedules", schedules, "With --check: run each program under M schedules")
       ->option_text("M");
   app.add_option("--protocol", protocol,
-                 "Consistency protocol of every allocation (hlrc, sc_mrsw, erc_sw)")
+                 "Consistency protocol of every allocation (loomrun --list-protocols names them)")
       ->option_text("P");
   app.add_option("--mutant", mutant, "Use a deliberately broken protocol variant (--list-mutants)")
       ->option_text("NAME");

@@ -107,6 +107,9 @@ class Hlrc final : public Protocol, public Consistency {
   // Ends this node's interval: flushes every dirty page (diffs to homes) and records the write
   // notice. No-op if nothing was written. Application threads.
   void release() override;
+  // Consistency (HLRC alone, as in the simulator's HLRC-only nodes): HLRC sends its diffs at
+  // every release, whatever it is for.
+  void release(ReleaseKind /*kind*/) override { release(); }
   // The notice core's side of a release when several protocols take part (Platform::release):
   // the label the next interval of this node gets, and closing it with the pages other
   // protocols wrote in it (`written`; they appear in the record next to HLRC's own pages).

@@ -313,7 +313,8 @@ void LrcMw::install_base(PageId page, PageEntry& e, comm::NodeId writer,
 
 // --- Release and acquire --------------------------------------------------------------------
 
-void LrcMw::close_interval(const IntervalStamp& next, std::vector<PageWrite>* written) {
+void LrcMw::close_interval(const IntervalStamp& next, ReleaseKind /*kind*/,
+                           std::vector<PageWrite>* written) {
   std::vector<PageId> pages;
   {
     MutexLock l(dirty_mu_);

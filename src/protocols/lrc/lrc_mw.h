@@ -73,7 +73,8 @@ class LrcMw final : public Protocol {
   bool on_fault(void* addr, bool is_write) override;
   void release() override {}  // the work is in close_interval()
   void acquire() override {}  // invalidations come through invalidate()
-  void close_interval(const IntervalStamp& next, std::vector<PageWrite>* written) override;
+  void close_interval(const IntervalStamp& next, ReleaseKind kind,
+                      std::vector<PageWrite>* written) override;
   void invalidate(std::vector<memory::PageId> pages) override;
   bool wants_collection() const override;
   void validate() override;

@@ -75,7 +75,7 @@ void put_blocks(const BlockReply& rep, std::byte* page, bool skip_zero) {
 
 }  // namespace
 
-SingleOwner::SingleOwner(const Core& core)
+SingleOwner::SingleOwner(const Core& core, Variant variant)
     : comm_(core.comm),
       frames_(core.frames),
       table_(core.table),
@@ -83,15 +83,18 @@ SingleOwner::SingleOwner(const Core& core)
       id_(core.id),
       me_(core.comm.rank()),
       nodes_(core.comm.size()),
+      variant_(variant),
       kReadRequest(core.msg(0)),
-      kDiffs(core.msg(1)) {}
+      kDiffs(core.msg(1)),
+      kPull(core.msg(2)) {}
 
 SingleOwner::~SingleOwner() = default;
 
 Status SingleOwner::register_messages() {
   comm::MessageRegistry& reg = comm_.registry();
+  const std::string name = variant_ == Variant::kHybrid ? "hybrid" : "single_owner";
   Status s = reg.add(
-      kReadRequest, "single_owner.read_request",
+      kReadRequest, name + ".read_request",
       [this](comm::Incoming& in) { return on_read_request(in); },
       [](std::span<const std::byte> p) {
         uint64_t page = 0;
@@ -103,12 +106,20 @@ Status SingleOwner::register_messages() {
         return fmt::format("page={} blocks={:#010x}", page, blocks);
       });
   if (!s) return s;
-  return reg.add(
-      kDiffs, "single_owner.diffs", [this](comm::Incoming& in) { return on_diffs(in); },
+  s = reg.add(
+      kDiffs, name + ".diffs", [this](comm::Incoming& in) { return on_diffs(in); },
       [](std::span<const std::byte> p) {
-        uint32_t h[2] = {};
-        if (p.size() >= sizeof h) std::memcpy(h, p.data(), sizeof h);
-        return fmt::format("interval={} pages={} bytes={}", h[0], h[1], p.size());
+        uint32_t count = 0;
+        if (p.size() >= 4) std::memcpy(&count, p.data(), 4);
+        return fmt::format("diffs={} bytes={}", count, p.size());
+      });
+  if (!s) return s;
+  return reg.add(
+      kPull, name + ".pull", [this](comm::Incoming& in) { return on_pull(in); },
+      [](std::span<const std::byte> p) {
+        uint64_t page = 0;
+        if (p.size() >= 8) std::memcpy(&page, p.data(), 8);
+        return fmt::format("page={}", page);
       });
 }
 
@@ -130,7 +141,11 @@ CounterList SingleOwner::counter_list() const {
           {"requests_held", relaxed(c.requests_held)},
           {"fault_ns", relaxed(c.fault_ns)},
           {"fetch_wait_ns", relaxed(c.fetch_wait_ns)},
-          {"owner_wait_ns", relaxed(c.owner_wait_ns)}};
+          {"owner_wait_ns", relaxed(c.owner_wait_ns)},
+          {"diffs_kept", relaxed(c.diffs_kept)},
+          {"kept_sent", relaxed(c.kept_sent)},
+          {"pulls_sent", relaxed(c.pulls_sent)},
+          {"pulls_answered", relaxed(c.pulls_answered)}};
 }
 
 std::string SingleOwner::dump_page(PageId page) {
@@ -166,7 +181,12 @@ bool SingleOwner::on_fault(void* addr, bool is_write) {
   (is_write ? counters_.write_faults : counters_.read_faults)
       .fetch_add(1, std::memory_order_relaxed);
   bool ok = true, need_fetch = false;
+  std::vector<comm::NodeId> pulls;
   for (;;) {
+    if (!pulls.empty()) {
+      send_pulls(page, pulls);  // without the stripe lock
+      pulls.clear();
+    }
     int32_t home;
     {
       MutexLock l(table_.lock_of(page));
@@ -188,7 +208,7 @@ bool SingleOwner::on_fault(void* addr, bool is_write) {
       break;
     }
     if (e.home == static_cast<int32_t>(me_)) {
-      ok = fault_owner(page, e, is_write);
+      if (!fault_owner(page, e, is_write, &pulls)) continue;
       break;
     }
     if (e.fetching) {  // another thread of this node fetches it: one fetch serves both
@@ -216,12 +236,19 @@ bool SingleOwner::on_fault(void* addr, bool is_write) {
   return ok;
 }
 
-bool SingleOwner::fault_owner(PageId page, PageEntry& e, bool is_write) {
+bool SingleOwner::fault_owner(PageId page, PageEntry& e, bool is_write,
+                              std::vector<comm::NodeId>* pulls) {
   if (!e.version.covers(e.required)) {
-    // An acquire told us of writes whose diffs have not reached us yet.
+    // An acquire told us of writes whose diffs have not reached us yet (under hybrid, writers
+    // may keep them until someone asks: pull those first).
     const int64_t t0 = comm::now_ns();
-    while (!e.version.covers(e.required)) table_.cv_of(page).wait(table_.lock_of(page));
+    while (!e.version.covers(e.required)) {
+      *pulls = pulls_for(page, e, e.required);
+      if (!pulls->empty()) break;
+      table_.cv_of(page).wait(table_.lock_of(page));
+    }
     counters_.owner_wait_ns.fetch_add(comm::now_ns() - t0, std::memory_order_relaxed);
+    if (!pulls->empty()) return false;
   }
   e.stale_blocks = 0;  // the owner's copy is the page
   switch (static_cast<PageState>(e.state)) {
@@ -246,6 +273,16 @@ bool SingleOwner::fault_owner(PageId page, PageEntry& e, bool is_write) {
 
 bool SingleOwner::fetch(PageId page, bool is_write) {
   PageEntry& e = table_.at(page);
+  if (variant_ == Variant::kHybrid) {
+    // The owner needs our own kept diffs of the page to answer (our `required` names them):
+    // send them ahead of the request instead of waiting to be pulled.
+    Batches mine;
+    {
+      MutexLock k(kept_mu_);
+      take_kept(page, &mine);
+    }
+    send_batches(mine);
+  }
   for (;;) {
     std::vector<std::byte> req;
     int32_t home;
@@ -339,18 +376,51 @@ void SingleOwner::install(PageId page, PageEntry& e, uint32_t asked,
 
 // --- Release and acquire --------------------------------------------------------------------
 
-void SingleOwner::close_interval(const IntervalStamp& next, std::vector<PageWrite>* written) {
+void SingleOwner::add_entry(Batch& b, PageId page, uint32_t interval, uint32_t prev,
+                            std::span<const std::byte> diff) {
+  ByteWriter w(&b.bytes);
+  w.u64(page);
+  w.u32(interval);
+  w.u32(prev);
+  w.u32(static_cast<uint32_t>(diff.size()));
+  w.bytes(diff);
+  ++b.count;
+}
+
+void SingleOwner::send_batches(const Batches& batches) {
+  for (const auto& [owner, b] : batches) {
+    if (b.count == 0) continue;
+    std::vector<std::byte> payload;
+    payload.reserve(4 + b.bytes.size());
+    ByteWriter w(&payload);
+    w.u32(b.count);
+    w.bytes(b.bytes);
+    Status s = comm_.send(static_cast<comm::NodeId>(owner), kDiffs, payload);
+    LOOM_CHECK(s.is_ok(), "sending diffs to node {}: {}", owner, s.to_string());
+  }
+}
+
+void SingleOwner::take_kept(PageId page, Batches* out) {
+  auto it = kept_.find(page);
+  if (it == kept_.end()) return;
+  Batch& b = (*out)[it->second.owner];
+  for (const KeptDiff& d : it->second.diffs) add_entry(b, page, d.interval, d.prev, d.diff);
+  counters_.kept_sent.fetch_add(it->second.diffs.size(), std::memory_order_relaxed);
+  kept_.erase(it);
+}
+
+void SingleOwner::close_interval(const IntervalStamp& next, ReleaseKind kind,
+                                 std::vector<PageWrite>* written) {
   std::vector<PageId> pages;
   {
     MutexLock l(dirty_mu_);
     pages.swap(dirty_);
   }
   std::sort(pages.begin(), pages.end());
-  struct Batch {
-    std::vector<std::byte> bytes;
-    uint32_t count = 0;
-  };
-  std::map<int32_t, Batch> batches;  // diffs per owner
+  // hybrid: a lock release may keep a page's diff here; a barrier sends everything.
+  const bool may_keep = variant_ == Variant::kHybrid && kind == ReleaseKind::kLock;
+  Batches batches;  // diffs per owner
+  std::vector<std::byte> diff;
   in_stripe_batches(table_, pages, [&](const std::vector<PageId>& batch) {
     // Write-protect first: a local thread writing meanwhile faults and waits for the stripe, so
     // each diff holds every write of this interval and none of the next.
@@ -376,40 +446,50 @@ void SingleOwner::close_interval(const IntervalStamp& next, std::vector<PageWrit
       }
       if (e.twin == nullptr) continue;
       const uint32_t blocks = memory::changed_blocks(e.twin.get(), frames_.sys_page(p));
-      Batch& b = batches[e.home];
-      ByteWriter w(&b.bytes);
-      const size_t at = w.size();
-      w.u64(p);
-      w.u32(e.last_flush);
-      w.u32(0);  // length, patched below
-      const size_t n = memory::diff_create(e.twin.get(), frames_.sys_page(p), &b.bytes);
+      diff.clear();
+      const size_t n = memory::diff_create(e.twin.get(), frames_.sys_page(p), &diff);
       e.twin.reset();
-      if (n == 0) {  // written back to what it was: nothing to send or announce
-        b.bytes.resize(at);
-        continue;
-      }
-      w.patch_u32(at + 12, static_cast<uint32_t>(n));
-      ++b.count;
+      if (n == 0) continue;  // written back to what it was: nothing to send or announce
+      const uint32_t prev = e.last_flush;
       e.last_flush = next.interval;
       // The owner must include this diff in any blocks we fetch from now on, and our own copy
       // (if valid) already does.
       e.required.raise(me_, next.interval);
       e.version.raise(me_, next.interval);
-      written->push_back({p, blocks});
       counters_.diffs_created.fetch_add(1, std::memory_order_relaxed);
       counters_.diff_bytes.fetch_add(n, std::memory_order_relaxed);
+      const bool keep = may_keep && [&] {
+        MutexLock k(kept_mu_);
+        return !eager_.contains(p);
+      }();
+      if (!(keep && mutant_ == Mutant::kKeepUnannounced)) written->push_back({p, blocks});
+      if (variant_ == Variant::kSingleOwner) {
+        add_entry(batches[e.home], p, next.interval, prev, diff);
+        continue;
+      }
+      MutexLock k(kept_mu_);
+      if (keep) {
+        KeptPage& kp = kept_[p];
+        kp.owner = e.home;
+        kp.bytes += n;
+        kp.diffs.push_back({next.interval, prev, diff});
+        counters_.diffs_kept.fetch_add(1, std::memory_order_relaxed);
+        // Kept diffs that outgrow a page cost more to keep than to send.
+        if (kp.bytes > kPageBytes) take_kept(p, &batches);
+        continue;
+      }
+      take_kept(p, &batches);  // earlier diffs of the page first: the owner applies in order
+      add_entry(batches[e.home], p, next.interval, prev, diff);
     }
   });
-  for (auto& [owner, b] : batches) {
-    if (b.count == 0) continue;
-    std::vector<std::byte> payload;
-    ByteWriter w(&payload);
-    w.u32(next.interval);
-    w.u32(b.count);
-    w.bytes(b.bytes);
-    Status s = comm_.send(static_cast<comm::NodeId>(owner), kDiffs, payload);
-    LOOM_CHECK(s.is_ok(), "sending diffs to node {}: {}", owner, s.to_string());
+  if (variant_ == Variant::kHybrid && kind == ReleaseKind::kBarrier) {
+    // Every node is about to read what the others wrote: send every kept diff, and start
+    // observing afresh which pages are needed soon after they are written.
+    MutexLock k(kept_mu_);
+    while (!kept_.empty()) take_kept(kept_.begin()->first, &batches);
+    eager_.clear();
   }
+  send_batches(batches);
 }
 
 void SingleOwner::invalidate(std::vector<PageId> pages) {
@@ -453,6 +533,7 @@ Status SingleOwner::on_read_request(comm::Incoming& in) {
   if (r.left() != 0) return Status::malformed("read request: trailing bytes");
   PageEntry& e = table_.at(page);
   std::vector<std::byte> out;
+  std::vector<comm::NodeId> pulls;
   {
     MutexLock l(table_.lock_of(page));
     if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
@@ -471,11 +552,16 @@ Status SingleOwner::on_read_request(comm::Incoming& in) {
     }
     if (!e.version.covers(need)) {
       counters_.requests_held.fetch_add(1, std::memory_order_relaxed);
+      pulls = pulls_for(page, e, need);
       MutexLock h(held_mu_);
       held_requests_[page].push_back({in.reply_to(), blocks, std::move(need)});
-      return Status::ok();
+    } else {
+      out = reply_locked(page, e, blocks);
     }
-    out = reply_locked(page, e, blocks);
+  }
+  if (out.empty()) {  // held: ask the writers that keep the diffs it needs
+    send_pulls(page, pulls);
+    return Status::ok();
   }
   // note: sent after the stripe lock is released (as HLRC's replies).
   return comm_.reply(in.reply_to(), out);
@@ -499,15 +585,14 @@ std::vector<std::byte> SingleOwner::reply_locked(PageId page, PageEntry& e, uint
 Status SingleOwner::on_diffs(comm::Incoming& in) {
   ByteReader r(in.payload());
   const uint32_t writer = in.src();
-  uint32_t interval, count;
-  if (!r.u32(&interval) || !r.u32(&count) || interval == 0)
-    return Status::malformed("diffs: bad header");
+  uint32_t count;
+  if (!r.u32(&count) || count == 0) return Status::malformed("diffs: bad header");
   for (uint32_t k = 0; k < count; ++k) {
     uint64_t page;
-    uint32_t prev, len;
+    uint32_t interval, prev, len;
     std::span<const std::byte> diff;
-    if (!r.u64(&page) || !r.u32(&prev) || !r.u32(&len) || !r.bytes(len, &diff) ||
-        page >= frames_.num_pages() || prev >= interval)
+    if (!r.u64(&page) || !r.u32(&interval) || !r.u32(&prev) || !r.u32(&len) ||
+        !r.bytes(len, &diff) || page >= frames_.num_pages() || interval == 0 || prev >= interval)
       return Status::malformed("diffs: bad page entry");
     PageEntry& e = table_.at(page);
     std::vector<ReadyReply> ready;
@@ -570,9 +655,66 @@ void SingleOwner::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, 
   {
     MutexLock h(held_mu_);
     covered = take_covered(held_requests_, page, e.version);
+    if (auto it = pulled_.find(page); it != pulled_.end() && e.version.covers(it->second))
+      pulled_.erase(it);
   }
   for (const HeldRequest& r : covered) ready->push_back({r.to, reply_locked(page, e, r.blocks)});
   table_.notify(page);
+}
+
+// --- hybrid: pulls ---------------------------------------------------------------------------
+
+std::vector<comm::NodeId> SingleOwner::pulls_for(PageId page, const PageEntry& e,
+                                                 const VersionVec& need) {
+  std::vector<comm::NodeId> out;
+  if (variant_ != Variant::kHybrid) return out;
+  MutexLock h(held_mu_);
+  VersionVec& pulled = pulled_[page];
+  for (const auto& [w, interval] : need.entries()) {
+    if (w == me_ || e.version.get(w) >= interval || pulled.get(w) >= interval) continue;
+    pulled.raise(w, interval);
+    out.push_back(w);
+  }
+  if (pulled.empty()) pulled_.erase(page);
+  return out;
+}
+
+void SingleOwner::send_pulls(PageId page, const std::vector<comm::NodeId>& writers) {
+  std::vector<std::byte> payload;
+  ByteWriter w(&payload);
+  w.u64(page);
+  for (comm::NodeId writer : writers) {
+    counters_.pulls_sent.fetch_add(1, std::memory_order_relaxed);
+    Status s = comm_.send(writer, kPull, payload);
+    LOOM_CHECK(s.is_ok(), "asking node {} for its diffs of page {}: {}", writer, page,
+               s.to_string());
+  }
+}
+
+Status SingleOwner::on_pull(comm::Incoming& in) {
+  ByteReader r(in.payload());
+  uint64_t page;
+  if (!r.u64(&page) || r.left() != 0) return Status::malformed("pull: bad length");
+  if (page >= frames_.num_pages())
+    return Status::malformed(fmt::format("pull: page {} outside the region", page));
+  if (variant_ != Variant::kHybrid) return Status::malformed("pull: not a hybrid protocol");
+  Batches out;
+  {
+    MutexLock k(kept_mu_);
+    // Someone needs this page's writes soon after they are made: send them at once from now
+    // until the next barrier.
+    eager_.insert(page);
+    auto it = kept_.find(page);
+    if (it != kept_.end() && it->second.owner != static_cast<int32_t>(in.src()))
+      return Status::malformed(fmt::format("pull for page {} from node {}, whose owner is node {}",
+                                           page, in.src(), it->second.owner));
+    take_kept(page, &out);
+  }
+  // note: nothing kept means the diffs are already on their way (sent at a barrier, or ahead
+  // of our own fetch); the owner applies them when they arrive.
+  counters_.pulls_answered.fetch_add(1, std::memory_order_relaxed);
+  send_batches(out);
+  return Status::ok();
 }
 
 }  // namespace loom::protocols::single

@@ -20,6 +20,13 @@
 //     *private* (no detection, no notices). Once shared, the owner twins it on the first write
 //     of an interval only to tell which blocks its notice names.
 //
+// The same class is the `hybrid` protocol (Variant::kHybrid, docs/protocols/hybrid.md): there a
+// writer chooses per page, at each lock release, between sending the page's diff to the owner
+// (single_owner) and keeping it (lrc_mw's lazy diffs), from what it has observed: a page whose
+// kept diffs someone needed since the last barrier (the owner *pulled* them for a reader) is
+// sent at once, the others are kept. Kept diffs go to the owner when the owner pulls them, when
+// the writer itself fetches the page, when they outgrow a page, and at every barrier.
+//
 // On x86 a page cannot be writable without being readable, so a write fault on an invalid copy
 // fetches its stale blocks like a read fault (the thesis never fetched write-only pages: its
 // software write detection trapped reads separately). docs/protocols/single_owner.md.
@@ -31,8 +38,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/thread_annotations.h"
@@ -55,6 +64,14 @@ struct Counters {
       diff_bytes{0}, diffs_applied{0}, diffs_held{0}, requests_held{0}, page_requests{0},
       whole_pages{0}, blocks_fetched{0}, zero_blocks{0}, fetch_retries{0}, two_way_merges{0},
       invalidations{0}, fault_ns{0}, fetch_wait_ns{0}, owner_wait_ns{0};
+  // hybrid only: diffs kept at a lock release, sent later (pulled, flushed), pulls sent by an
+  // owner and answered by a writer.
+  std::atomic<uint64_t> diffs_kept{0}, kept_sent{0}, pulls_sent{0}, pulls_answered{0};
+};
+
+enum class Variant : uint8_t {
+  kSingleOwner,  // every diff goes to the owner at the release that ends its interval
+  kHybrid,       // lock releases may keep diffs at the writer (see above)
 };
 
 // Test-only: a deliberately broken variant, so that the simulator's consistency checker can be
@@ -62,11 +79,12 @@ struct Counters {
 enum class Mutant : uint8_t {
   kNone,
   kOneBlock,  // a stale copy fetches only the lowest of its stale blocks and takes it as valid
+  kKeepUnannounced,  // hybrid: a diff kept at a lock release is left out of the write notice
 };
 
 class SingleOwner final : public Protocol {
  public:
-  explicit SingleOwner(const Core& core);
+  explicit SingleOwner(const Core& core, Variant variant = Variant::kSingleOwner);
   ~SingleOwner() override;
   void set_mutant(Mutant m) { mutant_ = m; }  // before the node starts
 
@@ -74,7 +92,8 @@ class SingleOwner final : public Protocol {
   bool on_fault(void* addr, bool is_write) override;
   void release() override {}  // the work is in close_interval()
   void acquire() override {}  // invalidations come through invalidate()
-  void close_interval(const IntervalStamp& next, std::vector<PageWrite>* written) override;
+  void close_interval(const IntervalStamp& next, ReleaseKind kind,
+                      std::vector<PageWrite>* written) override;
   void invalidate(std::vector<memory::PageId> pages) override;
   CounterList counter_list() const override;
   std::string dump_page(memory::PageId page) override;
@@ -95,9 +114,38 @@ class SingleOwner final : public Protocol {
     comm::ReplyTo to;
     std::vector<std::byte> payload;
   };
+  // hybrid: a diff made at a lock release and not sent yet.
+  struct KeptDiff {
+    uint32_t interval, prev;
+    std::vector<std::byte> diff;
+  };
+  struct KeptPage {
+    int32_t owner = 0;
+    size_t bytes = 0;
+    std::vector<KeptDiff> diffs;  // interval order
+  };
+  // Diffs messages under construction, per owner: entries of kDiffs.
+  struct Batch {
+    std::vector<std::byte> bytes;
+    uint32_t count = 0;
+  };
+  using Batches = std::map<int32_t, Batch>;
+  static void add_entry(Batch& b, memory::PageId page, uint32_t interval, uint32_t prev,
+                        std::span<const std::byte> diff);
+  void send_batches(const Batches& batches);
+  // Appends the kept diffs of `page` to its owner's batch and forgets them.
+  void take_kept(memory::PageId page, Batches* out) REQUIRES(kept_mu_);
 
-  bool fault_owner(memory::PageId page, memory::PageEntry& e, bool is_write)
+  // The owner's fault. Returns false (and fills `pulls`) when the copy lacks kept diffs that
+  // nobody has asked for yet: the caller sends the pulls without the lock and tries again.
+  bool fault_owner(memory::PageId page, memory::PageEntry& e, bool is_write,
+                   std::vector<comm::NodeId>* pulls) REQUIRES(table_.lock_of(page));
+  // Owner side: the writers whose kept diffs of `page` the owner needs for `need` and has not
+  // pulled yet; records them as pulled.
+  std::vector<comm::NodeId> pulls_for(memory::PageId page, const memory::PageEntry& e,
+                                      const memory::VersionVec& need)
       REQUIRES(table_.lock_of(page));
+  void send_pulls(memory::PageId page, const std::vector<comm::NodeId>& writers);
   // Brings an invalid copy up to date from the owner. REQUIRES: the caller set e.fetching.
   bool fetch(memory::PageId page, bool is_write);
   // Installs an owner's reply (blocks `asked` of the page) under the stripe lock.
@@ -109,6 +157,7 @@ class SingleOwner final : public Protocol {
 
   Status on_read_request(comm::Incoming& in);
   Status on_diffs(comm::Incoming& in);
+  Status on_pull(comm::Incoming& in);
   // Owner side, stripe lock held: applies a diff if it is the writer's next for the page, then
   // the held diffs it unblocks, then builds the replies to held requests now satisfied.
   void apply_diff_locked(memory::PageId page, memory::PageEntry& e, uint32_t writer,
@@ -125,7 +174,8 @@ class SingleOwner final : public Protocol {
   const ProtocolId id_;
   const comm::NodeId me_;
   const uint32_t nodes_;
-  const comm::MsgType kReadRequest, kDiffs;
+  const Variant variant_;
+  const comm::MsgType kReadRequest, kDiffs, kPull;
   mutable Counters counters_;
   Mutant mutant_ = Mutant::kNone;
 
@@ -138,6 +188,14 @@ class SingleOwner final : public Protocol {
   Mutex held_mu_;
   std::unordered_map<memory::PageId, std::vector<HeldRequest>> held_requests_ GUARDED_BY(held_mu_);
   std::unordered_map<memory::PageId, std::vector<HeldDiff>> held_diffs_ GUARDED_BY(held_mu_);
+  // hybrid, owner side: per page, the intervals pulled from each writer and not applied yet.
+  std::unordered_map<memory::PageId, memory::VersionVec> pulled_ GUARDED_BY(held_mu_);
+
+  // hybrid, writer side: kept diffs per page, and the pages pulled since the last barrier
+  // (their diffs are sent at once until then). Taken after a stripe lock, never before.
+  Mutex kept_mu_;
+  std::unordered_map<memory::PageId, KeptPage> kept_ GUARDED_BY(kept_mu_);
+  std::unordered_set<memory::PageId> eager_ GUARDED_BY(kept_mu_);
 };
 
 }  // namespace loom::protocols::single
