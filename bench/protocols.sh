@@ -14,7 +14,7 @@ build=$(cd "${1:-build}" && pwd)
 reps=${2:-3}
 shift $(($# > 2 ? 2 : $#))
 protocols=("$@")
-((${#protocols[@]})) || protocols=(hlrc sc_mrsw erc_sw lrc_mw single_owner)
+((${#protocols[@]})) || protocols=(hlrc sc_mrsw erc_sw lrc_mw single_owner hybrid hlrc_update)
 loomrun=$build/bin/loomrun
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

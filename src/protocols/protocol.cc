@@ -49,6 +49,10 @@ std::vector<Entry>& registry() {
        [](const Core& c) -> std::unique_ptr<Protocol> {
          return std::make_unique<single::SingleOwner>(c, single::Variant::kHybrid);
        }},
+      {"hlrc_update",
+       [](const Core& c) -> std::unique_ptr<Protocol> {
+         return std::make_unique<single::SingleOwner>(c, single::Variant::kUpdate);
+       }},
   };
   return entries;
 }

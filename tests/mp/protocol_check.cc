@@ -14,10 +14,10 @@
 //                                      sc_mrsw memory: with a single writer per page at a time
 //                                      the sum is exact, without any Loom lock
 //   protocol_check mixed T ROUNDS      one program, one allocation per protocol
-//                                      (hlrc, sc_mrsw, erc_sw, lrc_mw, single_owner, hybrid):
-//                                      lock-protected counters and barrier-phased false sharing on
-//                                      each; every node checks the values and that each protocol
-//                                      handled faults
+//                                      (hlrc, sc_mrsw, erc_sw, lrc_mw, single_owner, hybrid,
+//                                      hlrc_update): lock-protected counters and barrier-phased
+//                                      false sharing on each; every node checks the values and that
+//                                      each protocol handled faults
 //   protocol_check badname             loom::alloc naming a protocol that does not exist
 //
 // Every check prints "ok: ..." on success; failures print "FAILED: ..." and exit 1.
@@ -216,7 +216,8 @@ int atomics(int threads, int iters) {
 // --- Several protocols in one program -------------------------------------------------------
 
 int mixed(int threads, int rounds) {
-  const char* protos[] = {"hlrc", "sc_mrsw", "erc_sw", "lrc_mw", "single_owner", "hybrid"};
+  const char* protos[] = {"hlrc",         "sc_mrsw", "erc_sw",     "lrc_mw",
+                          "single_owner", "hybrid",  "hlrc_update"};
   constexpr int kAreas = static_cast<int>(std::size(protos));
   constexpr size_t kWords = 2 * 4096 / sizeof(uint32_t);  // two pages per protocol
   struct Area {
@@ -272,7 +273,9 @@ int mixed(int threads, int rounds) {
     check(faults > 0, fmt::format("protocol {} handled no fault on this node", p));
   }
   std::printf(
-      "ok: mixed node %d: hlrc, sc_mrsw, erc_sw, lrc_mw, single_owner and hybrid areas, %d writers "
+      "ok: mixed node %d: hlrc, sc_mrsw, erc_sw, lrc_mw, single_owner, hybrid and hlrc_update "
+      "areas, "
+      "%d writers "
       "x %d rounds\n",
       me(), writers, rounds);
   return 0;

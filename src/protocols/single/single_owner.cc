@@ -86,13 +86,16 @@ SingleOwner::SingleOwner(const Core& core, Variant variant)
       variant_(variant),
       kReadRequest(core.msg(0)),
       kDiffs(core.msg(1)),
-      kPull(core.msg(2)) {}
+      kPull(core.msg(2)),
+      kUpdate(core.msg(3)) {}
 
 SingleOwner::~SingleOwner() = default;
 
 Status SingleOwner::register_messages() {
   comm::MessageRegistry& reg = comm_.registry();
-  const std::string name = variant_ == Variant::kHybrid ? "hybrid" : "single_owner";
+  const std::string name = variant_ == Variant::kHybrid   ? "hybrid"
+                           : variant_ == Variant::kUpdate ? "hlrc_update"
+                                                          : "single_owner";
   Status s = reg.add(
       kReadRequest, name + ".read_request",
       [this](comm::Incoming& in) { return on_read_request(in); },
@@ -114,12 +117,20 @@ Status SingleOwner::register_messages() {
         return fmt::format("diffs={} bytes={}", count, p.size());
       });
   if (!s) return s;
-  return reg.add(
+  s = reg.add(
       kPull, name + ".pull", [this](comm::Incoming& in) { return on_pull(in); },
       [](std::span<const std::byte> p) {
         uint64_t page = 0;
         if (p.size() >= 8) std::memcpy(&page, p.data(), 8);
         return fmt::format("page={}", page);
+      });
+  if (!s) return s;
+  return reg.add(
+      kUpdate, name + ".update", [this](comm::Incoming& in) { return on_update(in); },
+      [](std::span<const std::byte> p) {
+        uint32_t count = 0;
+        if (p.size() >= 4) std::memcpy(&count, p.data(), 4);
+        return fmt::format("updates={} bytes={}", count, p.size());
       });
 }
 
@@ -145,7 +156,12 @@ CounterList SingleOwner::counter_list() const {
           {"diffs_kept", relaxed(c.diffs_kept)},
           {"kept_sent", relaxed(c.kept_sent)},
           {"pulls_sent", relaxed(c.pulls_sent)},
-          {"pulls_answered", relaxed(c.pulls_answered)}};
+          {"pulls_answered", relaxed(c.pulls_answered)},
+          {"updates_sent", relaxed(c.updates_sent)},
+          {"updates_applied", relaxed(c.updates_applied)},
+          {"updates_refused", relaxed(c.updates_refused)},
+          {"revalidations", relaxed(c.revalidations)},
+          {"ack_wait_ns", relaxed(c.ack_wait_ns)}};
 }
 
 std::string SingleOwner::dump_page(PageId page) {
@@ -420,6 +436,7 @@ void SingleOwner::close_interval(const IntervalStamp& next, ReleaseKind kind,
   // hybrid: a lock release may keep a page's diff here; a barrier sends everything.
   const bool may_keep = variant_ == Variant::kHybrid && kind == ReleaseKind::kLock;
   Batches batches;  // diffs per owner
+  Batches updates;  // hlrc_update: our own diffs of pages we own, per copy holder
   std::vector<std::byte> diff;
   in_stripe_batches(table_, pages, [&](const std::vector<PageId>& batch) {
     // Write-protect first: a local thread writing meanwhile faults and waits for the stripe, so
@@ -438,6 +455,16 @@ void SingleOwner::close_interval(const IntervalStamp& next, ReleaseKind kind,
         // became shared while written privately has no twin: all of it counts as written.
         uint32_t blocks = kAllBlocks;
         if (e.twin != nullptr) blocks = memory::changed_blocks(e.twin.get(), frames_.sys_page(p));
+        if (blocks != 0 && variant_ == Variant::kUpdate) {
+          // The copies get our writes now; a page that was private until this interval has no
+          // twin, and its copies are invalidated by the notice instead.
+          if (e.twin != nullptr && !e.copyset.empty()) {
+            Applied a{p, me_, next.interval, e.version, {}};
+            memory::diff_create(e.twin.get(), frames_.sys_page(p), &a.diff);
+            add_updates(a, e.copyset, &updates);
+          }
+          e.last_flush = next.interval;
+        }
         e.twin.reset();
         if (blocks == 0) continue;
         e.version.raise(me_, next.interval);
@@ -489,7 +516,34 @@ void SingleOwner::close_interval(const IntervalStamp& next, ReleaseKind kind,
     while (!kept_.empty()) take_kept(kept_.begin()->first, &batches);
     eager_.clear();
   }
-  send_batches(batches);
+  if (variant_ != Variant::kUpdate) {
+    send_batches(batches);
+    return;
+  }
+  // hlrc_update: the release is over once every owner has applied our diffs and pushed them to
+  // the copies, and every holder of our own pages has taken our writes.
+  const int64_t t0 = comm::now_ns();
+  std::vector<std::unique_ptr<comm::Comm::Request>> acks;
+  for (const auto& [owner, b] : batches) {
+    if (b.count == 0) continue;
+    std::vector<std::byte> payload;
+    ByteWriter w(&payload);
+    w.u32(b.count);
+    w.bytes(b.bytes);
+    acks.push_back(std::make_unique<comm::Comm::Request>());
+    Status s =
+        comm_.start_request(static_cast<comm::NodeId>(owner), kDiffs, payload, acks.back().get());
+    LOOM_CHECK(s.is_ok(), "sending diffs to node {}: {}", owner, s.to_string());
+  }
+  comm::Completion pushed;
+  push_updates(std::move(updates), [&pushed] { pushed.complete(Status::ok()); });
+  for (auto& r : acks) {
+    const Status& s = comm_.wait(r->done);
+    LOOM_CHECK(s.is_ok(), "waiting for an owner to acknowledge our diffs: {}", s.to_string());
+  }
+  const Status& s = comm_.wait(pushed);
+  LOOM_CHECK(s.is_ok(), "waiting for copy holders to take our updates: {}", s.to_string());
+  counters_.ack_wait_ns.fetch_add(comm::now_ns() - t0, std::memory_order_relaxed);
 }
 
 void SingleOwner::invalidate(std::vector<PageId> pages) {
@@ -541,6 +595,10 @@ Status SingleOwner::on_read_request(comm::Incoming& in) {
       return Status::malformed(
           fmt::format("read request for page {} whose owner is node {}", page, e.home));
     e.protocol = id_;
+    if (variant_ == Variant::kUpdate && in.src() != me_) {
+      auto at = std::lower_bound(e.copyset.begin(), e.copyset.end(), in.src());
+      if (at == e.copyset.end() || *at != in.src()) e.copyset.insert(at, in.src());
+    }
     if (e.state == st(PageState::kUnknown)) {
       e.state = st(PageState::kOwnerShared);
     } else if (e.state == st(PageState::kOwnerPrivate)) {
@@ -587,6 +645,7 @@ Status SingleOwner::on_diffs(comm::Incoming& in) {
   const uint32_t writer = in.src();
   uint32_t count;
   if (!r.u32(&count) || count == 0) return Status::malformed("diffs: bad header");
+  Batches updates;  // hlrc_update: what the copy holders get
   for (uint32_t k = 0; k < count; ++k) {
     uint64_t page;
     uint32_t interval, prev, len;
@@ -601,7 +660,10 @@ Status SingleOwner::on_diffs(comm::Incoming& in) {
       if (e.home != static_cast<int32_t>(me_))
         return Status::malformed(
             fmt::format("diff for page {} whose owner is node {}", page, e.home));
-      apply_diff_locked(page, e, writer, interval, prev, diff, &ready);
+      std::vector<Applied> applied;
+      apply_diff_locked(page, e, writer, interval, prev, diff, &ready,
+                        variant_ == Variant::kUpdate ? &applied : nullptr);
+      for (const Applied& a : applied) add_updates(a, e.copyset, &updates);
     }
     for (ReadyReply& rr : ready) {
       Status s = comm_.reply(rr.to, rr.payload);
@@ -609,12 +671,21 @@ Status SingleOwner::on_diffs(comm::Incoming& in) {
     }
   }
   if (r.left() != 0) return Status::malformed("diffs: trailing bytes");
+  if (variant_ == Variant::kUpdate) {
+    // The writer's release waits for this acknowledgement: sent once every copy holder has
+    // answered our updates.
+    comm::ReplyTo to = in.reply_to();
+    push_updates(std::move(updates), [this, to] {
+      Status s = comm_.reply(to, std::span<const std::byte>{});
+      if (!s) LOOM_WARN("acknowledging diffs: {}", s.to_string());
+    });
+  }
   return Status::ok();
 }
 
 void SingleOwner::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_t interval,
                                     uint32_t prev, std::span<const std::byte> diff,
-                                    std::vector<ReadyReply>* ready) {
+                                    std::vector<ReadyReply>* ready, std::vector<Applied>* applied) {
   LOOM_CHECK(e.version.get(writer) <= prev,
              "diff ({}, {}) for page {} arrived twice or out of order: {}", writer, interval, page,
              dump_page(page));
@@ -633,6 +704,15 @@ void SingleOwner::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, 
     Status s = memory::diff_apply(diff, frames_.sys_page(page));
     LOOM_CHECK(s.is_ok(), "diff ({}, {}) for page {}: {}: {}", writer, interval, page,
                s.to_string(), dump_page(page));
+    // The owner's own writes of this interval (if it writes the page) are twinned against the
+    // page with this diff in it: its next diff and block mask hold only its own writes.
+    if (e.twin != nullptr) {
+      s = memory::diff_apply(diff, e.twin.get());
+      LOOM_CHECK(s.is_ok(), "diff ({}, {}) on the owner's twin of page {}: {}", writer, interval,
+                 page, s.to_string());
+    }
+    if (applied != nullptr)
+      applied->push_back({page, writer, interval, e.version, {diff.begin(), diff.end()}});
     e.version.raise(writer, interval);
     counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
     // The next held diff this one unblocks, if any.
@@ -715,6 +795,126 @@ Status SingleOwner::on_pull(comm::Incoming& in) {
   counters_.pulls_answered.fetch_add(1, std::memory_order_relaxed);
   send_batches(out);
   return Status::ok();
+}
+
+// --- hlrc_update: updates --------------------------------------------------------------------
+
+void SingleOwner::add_updates(const Applied& a, const std::vector<uint32_t>& holders,
+                              Batches* out) {
+  for (uint32_t h : holders) {
+    if (h == a.writer) continue;  // the writer's copy has its own writes
+    Batch& b = (*out)[static_cast<int32_t>(h)];
+    ByteWriter w(&b.bytes);
+    w.u64(a.page);
+    w.u32(a.writer);
+    w.u32(a.interval);
+    write_version(w, a.base);
+    w.u32(static_cast<uint32_t>(a.diff.size()));
+    w.bytes(a.diff);
+    ++b.count;
+    counters_.updates_sent.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void SingleOwner::push_updates(Batches updates, std::function<void()> done) {
+  std::erase_if(updates, [](const auto& kv) { return kv.second.count == 0; });
+  if (updates.empty()) {
+    done();
+    return;
+  }
+  struct Pending {
+    std::atomic<size_t> left;
+    std::function<void()> done;
+  };
+  auto pending = std::make_shared<Pending>();
+  pending->left.store(updates.size());
+  pending->done = std::move(done);
+  for (const auto& [holder, b] : updates) {
+    std::vector<std::byte> payload;
+    payload.reserve(4 + b.bytes.size());
+    ByteWriter w(&payload);
+    w.u32(b.count);
+    w.bytes(b.bytes);
+    const auto h = static_cast<comm::NodeId>(holder);
+    Status s =
+        comm_.start_request(h, kUpdate, payload, [this, h, pending](Status st, comm::Buffer reply) {
+          // The holder's answer: the pages whose copies could not take the update. They leave
+          // the copyset (a later fetch puts them back); the notices invalidate those copies.
+          if (st.is_ok()) {
+            ByteReader r(reply.span());
+            uint32_t n = 0;
+            bool ok = r.u32(&n);
+            for (uint32_t k = 0; ok && k < n; ++k) {
+              uint64_t page;
+              ok = r.u64(&page) && page < frames_.num_pages();
+              if (!ok) break;
+              PageEntry& e = table_.at(page);
+              MutexLock l(table_.lock_of(page));
+              std::erase(e.copyset, h);
+            }
+            if (!ok || r.left() != 0) LOOM_WARN("malformed update answer from node {}", h);
+          }
+          if (pending->left.fetch_sub(1) == 1) pending->done();
+        });
+    LOOM_CHECK(s.is_ok(), "sending updates to node {}: {}", h, s.to_string());
+  }
+}
+
+Status SingleOwner::on_update(comm::Incoming& in) {
+  if (variant_ != Variant::kUpdate) return Status::malformed("update: not an update protocol");
+  ByteReader r(in.payload());
+  uint32_t count;
+  if (!r.u32(&count) || count == 0) return Status::malformed("update: bad header");
+  std::vector<uint64_t> refused;
+  for (uint32_t k = 0; k < count; ++k) {
+    uint64_t page;
+    uint32_t writer, interval, len;
+    VersionVec base;
+    std::span<const std::byte> diff;
+    if (!r.u64(&page) || !r.u32(&writer) || !r.u32(&interval) ||
+        !read_version(r, nodes_, &base).is_ok() || !r.u32(&len) || !r.bytes(len, &diff) ||
+        page >= frames_.num_pages() || writer >= nodes_ || interval == 0 ||
+        base.get(writer) >= interval)
+      return Status::malformed("update: bad page entry");
+    PageEntry& e = table_.at(page);
+    MutexLock l(table_.lock_of(page));
+    if (e.home == static_cast<int32_t>(me_))
+      return Status::malformed(fmt::format("update for page {}, which this node owns", page));
+    const uint32_t have = e.version.get(writer);
+    if (have >= interval) continue;  // fetched after the owner applied it: nothing to do
+    if (e.fetching) continue;        // a reply is on its way; the notices decide afterwards
+    const bool builds_on = e.version.covers(base) || mutant_ == Mutant::kUpdateGaps;
+    if (e.state == st(PageState::kUnknown) || !builds_on) {
+      // No copy, or one that lacks something the owner's page had before this diff (an earlier
+      // diff, possibly of another writer, that may write the same bytes and must come first;
+      // updates from one owner may arrive in any order): it cannot take this one. Stop sending
+      // it updates; its next fetch puts it back, and the notices invalidate it meanwhile.
+      refused.push_back(page);
+      counters_.updates_refused.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    // The copy has everything this diff builds on: apply it (to the twin too, so that our next
+    // diff holds only our own writes).
+    Status s = memory::diff_apply(diff, frames_.sys_page(page));
+    if (s.is_ok() && e.twin != nullptr) s = memory::diff_apply(diff, e.twin.get());
+    if (!s) return Status::malformed(fmt::format("update for page {}: {}", page, s.to_string()));
+    e.version.raise(writer, interval);
+    counters_.updates_applied.fetch_add(1, std::memory_order_relaxed);
+    if (e.state == st(PageState::kInvalid) && e.twin == nullptr && e.version.covers(e.required)) {
+      // Invalidated by the notice of this very write before the update arrived: valid again.
+      e.state = st(PageState::kReadOnly);
+      e.stale_blocks = 0;
+      e.prot = Prot::kRead;
+      frames_.protect(page, 1, e.prot);  // under the stripe lock, as every protection change
+      counters_.revalidations.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (r.left() != 0) return Status::malformed("update: trailing bytes");
+  std::vector<std::byte> out;
+  ByteWriter w(&out);
+  w.u32(static_cast<uint32_t>(refused.size()));
+  for (uint64_t p : refused) w.u64(p);
+  return comm_.reply(in.reply_to(), out);
 }
 
 }  // namespace loom::protocols::single

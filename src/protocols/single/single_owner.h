@@ -27,6 +27,13 @@
 // sent at once, the others are kept. Kept diffs go to the owner when the owner pulls them, when
 // the writer itself fetches the page, when they outgrow a page, and at every barrier.
 //
+// It is also the `hlrc_update` protocol (Variant::kUpdate, docs/protocols/hlrc_update.md):
+// home-based LRC where the owner is the page's home and, instead of letting copies be
+// invalidated, pushes every diff it applies (and its own) to the nodes holding copies; a release
+// returns once the homes and every copy holder have acknowledged, so an acquirer finds its copies
+// already current. Copies that cannot take an update (they lack an earlier one) leave the copyset
+// and are invalidated by the write notices as usual.
+//
 // On x86 a page cannot be writable without being readable, so a write fault on an invalid copy
 // fetches its stale blocks like a read fault (the thesis never fetched write-only pages: its
 // software write detection trapped reads separately). docs/protocols/single_owner.md.
@@ -38,6 +45,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <unordered_map>
@@ -67,11 +75,16 @@ struct Counters {
   // hybrid only: diffs kept at a lock release, sent later (pulled, flushed), pulls sent by an
   // owner and answered by a writer.
   std::atomic<uint64_t> diffs_kept{0}, kept_sent{0}, pulls_sent{0}, pulls_answered{0};
+  // hlrc_update only: diffs pushed to copy holders (owner), applied / refused there (holder),
+  // invalid copies made valid again by updates (holder), time releases wait for acknowledgements.
+  std::atomic<uint64_t> updates_sent{0}, updates_applied{0}, updates_refused{0}, revalidations{0},
+      ack_wait_ns{0};
 };
 
 enum class Variant : uint8_t {
   kSingleOwner,  // every diff goes to the owner at the release that ends its interval
   kHybrid,       // lock releases may keep diffs at the writer (see above)
+  kUpdate,       // hlrc_update: owners push diffs to copy holders, releases wait for acks
 };
 
 // Test-only: a deliberately broken variant, so that the simulator's consistency checker can be
@@ -80,6 +93,7 @@ enum class Mutant : uint8_t {
   kNone,
   kOneBlock,  // a stale copy fetches only the lowest of its stale blocks and takes it as valid
   kKeepUnannounced,  // hybrid: a diff kept at a lock release is left out of the write notice
+  kUpdateGaps,  // hlrc_update: a copy takes an update even if it lacks what the owner had before
 };
 
 class SingleOwner final : public Protocol {
@@ -133,6 +147,19 @@ class SingleOwner final : public Protocol {
   static void add_entry(Batch& b, memory::PageId page, uint32_t interval, uint32_t prev,
                         std::span<const std::byte> diff);
   void send_batches(const Batches& batches);
+  // hlrc_update: a diff the owner applied (or made), to push to the page's copy holders.
+  struct Applied {
+    memory::PageId page;
+    uint32_t writer, interval;
+    memory::VersionVec base;  // the owner's version just before the diff: what it builds on
+    std::vector<std::byte> diff;
+  };
+  // Appends one update entry per holder of `a.page` in `holders` except the writer.
+  void add_updates(const Applied& a, const std::vector<uint32_t>& holders, Batches* out);
+  // Sends `updates` (per holder) as requests; `done` runs once every holder has answered, on
+  // the dispatcher or here if there were none. Holders that refused leave the pages' copysets.
+  void push_updates(Batches updates, std::function<void()> done);
+  Status on_update(comm::Incoming& in);
   // Appends the kept diffs of `page` to its owner's batch and forgets them.
   void take_kept(memory::PageId page, Batches* out) REQUIRES(kept_mu_);
 
@@ -162,7 +189,8 @@ class SingleOwner final : public Protocol {
   // the held diffs it unblocks, then builds the replies to held requests now satisfied.
   void apply_diff_locked(memory::PageId page, memory::PageEntry& e, uint32_t writer,
                          uint32_t interval, uint32_t prev, std::span<const std::byte> diff,
-                         std::vector<ReadyReply>* ready) REQUIRES(table_.lock_of(page));
+                         std::vector<ReadyReply>* ready, std::vector<Applied>* applied)
+      REQUIRES(table_.lock_of(page));
   // The reply to a read request for `blocks`: the owner's version, then the blocks.
   std::vector<std::byte> reply_locked(memory::PageId page, memory::PageEntry& e, uint32_t blocks)
       REQUIRES(table_.lock_of(page));
@@ -175,7 +203,7 @@ class SingleOwner final : public Protocol {
   const comm::NodeId me_;
   const uint32_t nodes_;
   const Variant variant_;
-  const comm::MsgType kReadRequest, kDiffs, kPull;
+  const comm::MsgType kReadRequest, kDiffs, kPull, kUpdate;
   mutable Counters counters_;
   Mutant mutant_ = Mutant::kNone;
 
