@@ -602,11 +602,15 @@ Status SingleOwner::on_read_request(comm::Incoming& in) {
     if (e.state == st(PageState::kUnknown)) {
       e.state = st(PageState::kOwnerShared);
     } else if (e.state == st(PageState::kOwnerPrivate)) {
-      // The page becomes shared. Writes made while it was private carry no notice, so count the
-      // page as written in the current interval (wholly: there is no twin): the next release
-      // announces it, and from then on writes are detected. It stays writable until then.
+      // The page becomes shared. The requester gets every write made while it was private (no
+      // other node has a copy, so those writes need no notice); from now on the owner's writes
+      // are detected: write-protect *before* the reply is built, so that a write racing with it
+      // either is in the reply or faults, twins and is announced at the owner's next release.
       e.state = st(PageState::kOwnerShared);
-      add_dirty(page, e);
+      if (e.prot == Prot::kReadWrite) {
+        e.prot = Prot::kRead;
+        frames_.protect(page, 1, e.prot);
+      }
     }
     if (!e.version.covers(need)) {
       counters_.requests_held.fetch_add(1, std::memory_order_relaxed);
