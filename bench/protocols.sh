@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the application benchmarks under every built-in protocol on 1, 2 and 4 nodes and prints a
-# markdown table: median wall time (whole job, REPS runs), messages and MiB sent (all nodes, from
-# --stats-json, median run), and the time relative to hlrc at the same node count. Every run must
+# markdown table: median wall time (whole job, REPS runs), median messages and MiB sent (all
+# nodes, from --stats-json; each median taken on its own), and the time relative to hlrc at the
+# same node count (when hlrc is the first protocol). Every run must
 # print its program's result line (SOR/HFP checksums, PARMACS ", OK").
 #
 # The allocations a program makes without naming a protocol use the job's default
@@ -71,8 +72,10 @@ for entry in "${programs[@]}"; do
     for p in "${protocols[@]}"; do
       : > "$work/runs"
       for ((r = 0; r < reps; r++)); do run "$nodes" "$p" "$kind" "$cmd" >> "$work/runs"; done
-      # the median run by time, with its counts
-      read -r s m b < <(sort -g "$work/runs" | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}')
+      # medians of each column over the runs (messages vary from run to run with timing)
+      s=$(awk '{print $1}' "$work/runs" | median)
+      m=$(awk '{print $2}' "$work/runs" | median)
+      b=$(awk '{print $3}' "$work/runs" | median)
       secs[$p]=$s
       row+=$(printf ' %.3f | %d | %.1f |' "$s" "$m" "$(echo "$b / 1048576" | bc -l)")
     done
