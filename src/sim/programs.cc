@@ -450,9 +450,9 @@ const std::vector<MutantInfo>& mutants() {
       {"hy_keep_unannounced", "hybrid leaves a diff kept at a lock release out of the write notice",
        Mutant::kNone, protocols::lrc::Mutant::kNone, "hybrid",
        protocols::single::Mutant::kKeepUnannounced},
-      {"upd_gaps", "hlrc_update applies an update to a copy that lacks the writer's previous diff",
+      {"upd_no_data", "hlrc_update: a copy takes an update's version but not its bytes",
        Mutant::kNone, protocols::lrc::Mutant::kNone, "hlrc_update",
-       protocols::single::Mutant::kUpdateGaps},
+       protocols::single::Mutant::kUpdateNoData},
   };
   return m;
 }

@@ -887,7 +887,7 @@ Status SingleOwner::on_update(comm::Incoming& in) {
     const uint32_t have = e.version.get(writer);
     if (have >= interval) continue;  // fetched after the owner applied it: nothing to do
     if (e.fetching) continue;        // a reply is on its way; the notices decide afterwards
-    const bool builds_on = e.version.covers(base) || mutant_ == Mutant::kUpdateGaps;
+    const bool builds_on = e.version.covers(base);
     if (e.state == st(PageState::kUnknown) || !builds_on) {
       // No copy, or one that lacks something the owner's page had before this diff (an earlier
       // diff, possibly of another writer, that may write the same bytes and must come first;
@@ -899,7 +899,8 @@ Status SingleOwner::on_update(comm::Incoming& in) {
     }
     // The copy has everything this diff builds on: apply it (to the twin too, so that our next
     // diff holds only our own writes).
-    Status s = memory::diff_apply(diff, frames_.sys_page(page));
+    Status s = Status::ok();
+    if (mutant_ != Mutant::kUpdateNoData) s = memory::diff_apply(diff, frames_.sys_page(page));
     if (s.is_ok() && e.twin != nullptr) s = memory::diff_apply(diff, e.twin.get());
     if (!s) return Status::malformed(fmt::format("update for page {}: {}", page, s.to_string()));
     e.version.raise(writer, interval);

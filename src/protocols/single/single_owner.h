@@ -93,7 +93,7 @@ enum class Mutant : uint8_t {
   kNone,
   kOneBlock,  // a stale copy fetches only the lowest of its stale blocks and takes it as valid
   kKeepUnannounced,  // hybrid: a diff kept at a lock release is left out of the write notice
-  kUpdateGaps,  // hlrc_update: a copy takes an update even if it lacks what the owner had before
+  kUpdateNoData,     // hlrc_update: a copy takes an update's version but not its bytes
 };
 
 class SingleOwner final : public Protocol {
