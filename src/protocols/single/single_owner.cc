@@ -403,15 +403,19 @@ void SingleOwner::add_entry(Batch& b, PageId page, uint32_t interval, uint32_t p
   ++b.count;
 }
 
+std::vector<std::byte> SingleOwner::payload_of(const Batch& b) {
+  std::vector<std::byte> payload;
+  payload.reserve(4 + b.bytes.size());
+  ByteWriter w(&payload);
+  w.u32(b.count);
+  w.bytes(b.bytes);
+  return payload;
+}
+
 void SingleOwner::send_batches(const Batches& batches) {
   for (const auto& [owner, b] : batches) {
     if (b.count == 0) continue;
-    std::vector<std::byte> payload;
-    payload.reserve(4 + b.bytes.size());
-    ByteWriter w(&payload);
-    w.u32(b.count);
-    w.bytes(b.bytes);
-    Status s = comm_.send(static_cast<comm::NodeId>(owner), kDiffs, payload);
+    Status s = comm_.send(static_cast<comm::NodeId>(owner), kDiffs, payload_of(b));
     LOOM_CHECK(s.is_ok(), "sending diffs to node {}: {}", owner, s.to_string());
   }
 }
@@ -485,16 +489,14 @@ void SingleOwner::close_interval(const IntervalStamp& next, ReleaseKind kind,
       e.version.raise(me_, next.interval);
       counters_.diffs_created.fetch_add(1, std::memory_order_relaxed);
       counters_.diff_bytes.fetch_add(n, std::memory_order_relaxed);
-      const bool keep = may_keep && [&] {
-        MutexLock k(kept_mu_);
-        return !eager_.contains(p);
-      }();
-      if (!(keep && mutant_ == Mutant::kKeepUnannounced)) written->push_back({p, blocks});
       if (variant_ == Variant::kSingleOwner) {
+        written->push_back({p, blocks});
         add_entry(batches[e.home], p, next.interval, prev, diff);
         continue;
       }
       MutexLock k(kept_mu_);
+      const bool keep = may_keep && !eager_.contains(p);
+      if (!(keep && mutant_ == Mutant::kKeepUnannounced)) written->push_back({p, blocks});
       if (keep) {
         KeptPage& kp = kept_[p];
         kp.owner = e.home;
@@ -526,10 +528,7 @@ void SingleOwner::close_interval(const IntervalStamp& next, ReleaseKind kind,
   std::vector<std::unique_ptr<comm::Comm::Request>> acks;
   for (const auto& [owner, b] : batches) {
     if (b.count == 0) continue;
-    std::vector<std::byte> payload;
-    ByteWriter w(&payload);
-    w.u32(b.count);
-    w.bytes(b.bytes);
+    const std::vector<std::byte> payload = payload_of(b);
     acks.push_back(std::make_unique<comm::Comm::Request>());
     Status s =
         comm_.start_request(static_cast<comm::NodeId>(owner), kDiffs, payload, acks.back().get());
@@ -834,11 +833,7 @@ void SingleOwner::push_updates(Batches updates, std::function<void()> done) {
   pending->left.store(updates.size());
   pending->done = std::move(done);
   for (const auto& [holder, b] : updates) {
-    std::vector<std::byte> payload;
-    payload.reserve(4 + b.bytes.size());
-    ByteWriter w(&payload);
-    w.u32(b.count);
-    w.bytes(b.bytes);
+    const std::vector<std::byte> payload = payload_of(b);
     const auto h = static_cast<comm::NodeId>(holder);
     Status s =
         comm_.start_request(h, kUpdate, payload, [this, h, pending](Status st, comm::Buffer reply) {

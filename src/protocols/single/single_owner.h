@@ -146,6 +146,8 @@ class SingleOwner final : public Protocol {
   using Batches = std::map<int32_t, Batch>;
   static void add_entry(Batch& b, memory::PageId page, uint32_t interval, uint32_t prev,
                         std::span<const std::byte> diff);
+  // A diffs or update message: u32 count, then the batch's entries.
+  static std::vector<std::byte> payload_of(const Batch& b);
   void send_batches(const Batches& batches);
   // hlrc_update: a diff the owner applied (or made), to push to the page's copy holders.
   struct Applied {
