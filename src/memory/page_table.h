@@ -75,6 +75,12 @@ struct PageEntry {
   // Blocks (pseudo pages, memory/diff.h) written by the notices that raised `required` beyond
   // `version`: what single_owner fetches. The notice core sets them; the protocol clears them.
   uint32_t stale_blocks = 0;
+  // Home migration (hlrc): how many times this node knows the page's home has moved (`home` is
+  // the node that became home at the last of them). At the home: the writer whose diffs came
+  // last and how many came from it in a row, with no other write in between.
+  uint32_t home_moves = 0;
+  int32_t streak_writer = kHomeUnknown;
+  uint32_t streak = 0;
 };
 
 class PageTable {

@@ -28,7 +28,10 @@ std::vector<Entry>& registry() {
       {"hlrc",
        [](const Core& c) -> std::unique_ptr<Protocol> {
          hlrc::Hlrc::Options o;
-         if (c.config != nullptr) o.prefetch = c.config->get_bool("PREFETCH");
+         if (c.config != nullptr) {
+           o.prefetch = c.config->get_bool("PREFETCH");
+           o.migrate_after = static_cast<uint32_t>(c.config->get_int("HOME_MIGRATION"));
+         }
          return std::make_unique<hlrc::Hlrc>(c.comm, c.frames, c.table, c.heap, o);
        }},
       {"sc_mrsw",

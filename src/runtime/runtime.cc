@@ -171,6 +171,7 @@ void Runtime::start_memory() {
   heap_ = std::make_unique<memory::Heap>(*comm_, *space_, *table_, default_id);
   protocols::hlrc::Hlrc::Options hopts;
   hopts.prefetch = config_.get_bool("PREFETCH");
+  hopts.migrate_after = static_cast<uint32_t>(config_.get_int("HOME_MIGRATION"));
   hlrc_ = std::make_unique<protocols::hlrc::Hlrc>(*comm_, *space_, *table_, *heap_, hopts);
   platform_ = std::make_unique<protocols::Platform>(*space_, *table_, *heap_, *hlrc_);
   platform_->add(hlrc_.get(), nullptr);
@@ -225,6 +226,13 @@ nlohmann::json Runtime::dsm_json() const {
   j["prefetches"] = v(c.prefetches);
   j["prefetches_dropped"] = v(c.prefetches_dropped);
   j["notice_gc_rounds"] = v(c.gc_rounds);
+  j["home_offers"] = v(c.home_offers);
+  j["homes_moved"] = v(c.homes_moved);
+  j["homes_taken"] = v(c.homes_taken);
+  j["home_offers_declined"] = v(c.offers_declined);
+  j["home_redirects_sent"] = v(c.redirects_sent);
+  j["home_redirects_followed"] = v(c.redirects_followed);
+  j["diffs_forwarded"] = v(c.diffs_forwarded);
   const sync::LockCounters& l = locks_->counters();
   j["lock_acquires_local"] = v(l.local_acquires);
   j["lock_acquires_remote"] = v(l.remote_acquires);

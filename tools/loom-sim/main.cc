@@ -74,10 +74,14 @@ int run_check(uint64_t count, uint64_t seed, uint64_t schedules,
         std::cerr << "loom-sim: " << r.message() << '\n'
                   << fmt::format(
                          "loom-sim: {} runs passed before this one; replay with: loom-sim "
-                         "--check 1 --seed {}{}{}{} --trace\n",
+                         "--check 1 --seed {}{}{}{}{}{} --trace\n",
                          i * schedules + j, s,
                          schedules > 1 ? fmt::format(" --schedules {}", j + 1) : "",
                          litmus_name ? " --litmus " + *litmus_name : "",
+                         base.protocol == "hlrc" ? "" : " --protocol " + base.protocol,
+                         base.hlrc.migrate_after == protocols::hlrc::Hlrc::Options().migrate_after
+                             ? ""
+                             : fmt::format(" --home-migration {}", base.hlrc.migrate_after),
                          mutant.empty() ? "" : " --mutant " + mutant);
         exit_now(kExitViolation);
       }
@@ -203,6 +207,7 @@ int main(int argc, char** argv) {
   bool json = false, trace = false, list_scenarios = false, list_mutants = false,
        list_litmus = false, no_prefetch = false;
   uint64_t lrc_gc_bytes = 0;
+  uint32_t home_migration = protocols::hlrc::Hlrc::Options().migrate_after;
   app.add_option("--check", check, "Check K programs with the consistency checker")
       ->option_text("K");
   app.add_option("--seed", seed, "First seed (programs use seed, seed+1, ...)")->option_text("S");
@@ -233,6 +238,11 @@ int main(int argc, char** argv) {
                  "lrc_mw: diff bytes a node keeps before asking for a collection "
                  "(LOOM_LRC_GC_BYTES; 1: at every barrier)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--home-migration", home_migration,
+                 "hlrc: diffs in a row from one node after which a home offers it the page "
+                 "(LOOM_HOME_MIGRATION; 0: homes never move)")
+      ->capture_default_str()
+      ->option_text("N");
   app.add_flag("--trace", trace, "Print every event of the run (stderr)");
   app.add_flag("--list-scenarios", list_scenarios, "List the scenarios");
   app.add_flag("--list-mutants", list_mutants, "List the protocol mutants");
@@ -266,6 +276,7 @@ int main(int argc, char** argv) {
   base.print_trace = trace;
   base.protocol = protocol;
   base.hlrc.prefetch = !no_prefetch;
+  base.hlrc.migrate_after = home_migration;
   base.lrc_gc_bytes = lrc_gc_bytes;
   if (!mutant.empty()) {
     const MutantInfo* m = find_mutant(mutant);

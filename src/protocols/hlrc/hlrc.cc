@@ -26,17 +26,40 @@ int64_t now() { return comm::now_ns(); }
 // neither side needs to materialize it to send or receive it.
 const std::byte kZeroPage[kPageBytes] = {};
 
-// Parses a page reply: version stamp, then 4 KiB of data or nothing (a zero page).
-bool parse_page_reply(ByteReader& r, uint32_t nodes, VersionVec* stamp,
-                      std::span<const std::byte>* data, bool* zero) {
-  if (!read_version(r, nodes, stamp).is_ok()) return false;
-  *zero = r.left() == 0;
-  if (*zero) {
-    *data = {kZeroPage, kPageBytes};
-    return true;
+// A page reply: u32 kind, then for kReplyPage the version stamp and 4 KiB, for kReplyZero the
+// stamp only, for kReplyMoved the page's home as the replying node knows it and its move count.
+constexpr uint32_t kReplyPage = 0, kReplyZero = 1, kReplyMoved = 2;
+
+struct PageReply {
+  uint32_t kind = kReplyPage;
+  VersionVec stamp;
+  std::span<const std::byte> data;  // kReplyZero: kZeroPage
+  uint32_t home = 0, moves = 0;     // kReplyMoved
+};
+
+bool parse_page_reply(ByteReader& r, uint32_t nodes, PageReply* out) {
+  if (!r.u32(&out->kind)) return false;
+  switch (out->kind) {
+    case kReplyMoved:
+      return r.u32(&out->home) && r.u32(&out->moves) && out->home < nodes && out->moves > 0 &&
+             r.left() == 0;
+    case kReplyZero:
+      out->data = {kZeroPage, kPageBytes};
+      return read_version(r, nodes, &out->stamp).is_ok() && r.left() == 0;
+    case kReplyPage:
+      return read_version(r, nodes, &out->stamp).is_ok() && r.bytes(kPageBytes, &out->data) &&
+             r.left() == 0;
+    default:
+      return false;
   }
-  return r.bytes(kPageBytes, data) && r.left() == 0;
 }
+
+// The new home's answer to a home offer.
+struct HomeAnswer {
+  uint64_t page;
+  uint32_t moves;
+  uint32_t accepted;
+};
 
 }  // namespace
 
@@ -54,6 +77,8 @@ const char* state_name(uint8_t s) {
       return "home-private";
     case PageState::kHomeShared:
       return "home-shared";
+    case PageState::kHomeMoving:
+      return "home-moving";
   }
   return "?";
 }
@@ -101,24 +126,50 @@ Status Hlrc::register_messages() {
     return Status::ok();
   });
   if (!s) return s;
-  return reg.add(
+  s = reg.add(
       msg::kDiffs, "hlrc.diffs", [this](comm::Incoming& in) { return on_diffs(in); },
       [](std::span<const std::byte> p) {
         uint32_t h[3] = {};
         if (p.size() >= sizeof h) std::memcpy(h, p.data(), sizeof h);
         return fmt::format("writer={} interval={} pages={} bytes={}", h[0], h[1], h[2], p.size());
       });
+  if (!s) return s;
+  auto first_page = [](std::span<const std::byte> p) {
+    uint64_t page = 0;
+    if (p.size() >= 8) std::memcpy(&page, p.data(), 8);
+    return fmt::format("page={} bytes={}", page, p.size());
+  };
+  auto count = [](std::span<const std::byte> p) {
+    uint32_t n = 0;
+    if (p.size() >= 4) std::memcpy(&n, p.data(), 4);
+    return fmt::format("entries={} bytes={}", n, p.size());
+  };
+  s = reg.add(
+      msg::kHomeOffer, "hlrc.home_offer", [this](comm::Incoming& in) { return on_home_offer(in); },
+      first_page);
+  if (!s) return s;
+  s = reg.add(
+      msg::kHomeAnswer, "hlrc.home_answer",
+      [this](comm::Incoming& in) { return on_home_answer(in); }, first_page);
+  if (!s) return s;
+  s = reg.add(
+      msg::kForwardedDiffs, "hlrc.forwarded_diffs",
+      [this](comm::Incoming& in) { return on_forwarded_diffs(in); }, count);
+  if (!s) return s;
+  return reg.add(
+      msg::kHomeHint, "hlrc.home_hint", [this](comm::Incoming& in) { return on_home_hint(in); },
+      count);
 }
 
 std::string Hlrc::dump_page(PageId page) {
   PageEntry* e = table_.find(page);
   if (e == nullptr) return fmt::format("page {}: no entry", page);
   return fmt::format(
-      "page {} on node {}: home={} state={} prot={} fetching={} dirty={} twin={} last_flush={} "
-      "required={} version={}",
-      page, me_, e->home, state_name(e->state), memory::prot_name(e->prot), e->fetching,
-      e->in_dirty_list, e->twin != nullptr, e->last_flush, e->required.to_string(),
-      e->version.to_string());
+      "page {} on node {}: home={} (moved {}x) state={} prot={} fetching={} dirty={} twin={} "
+      "last_flush={} required={} version={} streak={}x{}",
+      page, me_, e->home, e->home_moves, state_name(e->state), memory::prot_name(e->prot),
+      e->fetching, e->in_dirty_list, e->twin != nullptr, e->last_flush, e->required.to_string(),
+      e->version.to_string(), e->streak_writer, e->streak);
 }
 
 void Hlrc::init_static_pages() {
@@ -145,11 +196,18 @@ void Hlrc::settle_static_pages() {
 
 CounterList Hlrc::counter_list() const {
   const Counters& c = counters_;
-  return {{"read_faults", relaxed(c.read_faults)},     {"write_faults", relaxed(c.write_faults)},
-          {"pages_fetched", relaxed(c.pages_fetched)}, {"twins", relaxed(c.twins)},
-          {"diffs_created", relaxed(c.diffs_created)}, {"diff_bytes", relaxed(c.diff_bytes)},
-          {"invalidations", relaxed(c.invalidations)}, {"fault_ns", relaxed(c.fault_ns)},
-          {"fetch_wait_ns", relaxed(c.fetch_wait_ns)}};
+  return {{"read_faults", relaxed(c.read_faults)},
+          {"write_faults", relaxed(c.write_faults)},
+          {"pages_fetched", relaxed(c.pages_fetched)},
+          {"twins", relaxed(c.twins)},
+          {"diffs_created", relaxed(c.diffs_created)},
+          {"diff_bytes", relaxed(c.diff_bytes)},
+          {"invalidations", relaxed(c.invalidations)},
+          {"fault_ns", relaxed(c.fault_ns)},
+          {"fetch_wait_ns", relaxed(c.fetch_wait_ns)},
+          {"homes_moved", relaxed(c.homes_moved)},
+          {"home_redirects_followed", relaxed(c.redirects_followed)},
+          {"diffs_forwarded", relaxed(c.diffs_forwarded)}};
 }
 
 // --- Faults ---------------------------------------------------------------------------------
@@ -193,6 +251,19 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
       space_.protect(page, 1, e.prot);
       return true;
     }
+    if (e.state == st(PageState::kHomeMoving)) {
+      // The page is offered to another node: wait for its answer, then fault as home or not.
+      table_.cv_of(page).wait(table_.lock_of(page));
+      continue;
+    }
+    if (e.home == static_cast<int32_t>(me_) && !e.version.covers(e.required)) {
+      // An acquire told us of writes whose diffs have not reached us yet. (Then look again: the
+      // home may have moved meanwhile.)
+      int64_t t0 = now();
+      table_.cv_of(page).wait(table_.lock_of(page));
+      counters_.home_wait_ns.fetch_add(now() - t0, std::memory_order_relaxed);
+      continue;
+    }
     if (e.home == static_cast<int32_t>(me_)) return fault_home(page, e, is_write, l);
     switch (static_cast<PageState>(e.state)) {
       case PageState::kReadOnly: {
@@ -226,12 +297,7 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
 
 bool Hlrc::fault_home(PageId page, PageEntry& e, bool is_write, MutexLock& held) {
   (void)held;
-  if (!e.version.covers(e.required)) {
-    // An acquire told us of writes whose diffs have not reached us yet.
-    int64_t t0 = now();
-    while (!e.version.covers(e.required)) table_.cv_of(page).wait(table_.lock_of(page));
-    counters_.home_wait_ns.fetch_add(now() - t0, std::memory_order_relaxed);
-  }
+  LOOM_CHECK(e.version.covers(e.required), "home fault before its diffs: {}", dump_page(page));
   switch (static_cast<PageState>(e.state)) {
     case PageState::kUnknown:
     case PageState::kHomePrivate:
@@ -268,14 +334,27 @@ bool Hlrc::fetch(PageId page, bool is_write) {
       log::fatal(fmt::format("fetching page {} from node {} failed: {}", page, home,
                              reply.status().to_string()));
     ByteReader r(reply->span());
-    VersionVec stamp;
-    std::span<const std::byte> data;
-    bool zero;
-    if (!parse_page_reply(r, nodes_, &stamp, &data, &zero))
+    PageReply rep;
+    if (!parse_page_reply(r, nodes_, &rep))
       log::fatal(fmt::format("malformed page reply for page {} from node {}", page, home));
-    counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
-
     MutexLock l(table_.lock_of(page));
+    if (rep.kind == kReplyMoved) {
+      // The home moved: ask the node it moved to. Each redirect is to a later home, so this
+      // ends at the current one.
+      if (rep.moves > e.home_moves) {
+        e.home = static_cast<int32_t>(rep.home);
+        e.home_moves = rep.moves;
+      }
+      LOOM_CHECK(e.home != home && e.home != static_cast<int32_t>(me_),
+                 "node {} redirected a request for page {} to node {} (move {}): {}", home, page,
+                 rep.home, rep.moves, dump_page(page));
+      counters_.redirects_followed.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
+    VersionVec& stamp = rep.stamp;
+    std::span<const std::byte> data = rep.data;
+    const bool zero = rep.kind == kReplyZero;
     if (!stamp.covers(e.required) && opts_.mutant != Options::Mutant::kNoVersionWait) {
       // A newer write notice arrived while the request was in flight: this copy is too old.
       counters_.fetch_retries.fetch_add(1, std::memory_order_relaxed);
@@ -372,6 +451,8 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
       if (e.home == static_cast<int32_t>(me_)) {
         e.version.raise(me_, interval);
         if (e.prot == Prot::kReadWrite) e.prot = Prot::kRead;
+        e.streak_writer = static_cast<int32_t>(me_);  // the home writes it too: stay
+        e.streak = 0;
         rec.pages.push_back(p);
         continue;
       }
@@ -587,17 +668,26 @@ void Hlrc::start_prefetch(Prefetch f) {
 
 // Runs on the dispatcher (the reply callback): touches only the system view and the page table.
 void Hlrc::install_prefetched(PageId page, const Status& status, comm::Buffer reply) {
-  VersionVec stamp;
-  std::span<const std::byte> data;
-  bool parsed = false, zero = false;
+  PageReply rep;
+  bool parsed = false;
   if (status.is_ok()) {
     ByteReader r(reply.span());
-    parsed = parse_page_reply(r, nodes_, &stamp, &data, &zero);
+    parsed = parse_page_reply(r, nodes_, &rep);
   }
   PageEntry& e = table_.at(page);
   MutexLock l(table_.lock_of(page));
   LOOM_CHECK(e.fetching, "prefetch reply for a page nobody fetches: {}", dump_page(page));
   e.fetching = false;
+  if (parsed && rep.kind == kReplyMoved) {
+    // The home moved: remember where to, and leave the page to the next fault.
+    if (rep.moves > e.home_moves) {
+      e.home = static_cast<int32_t>(rep.home);
+      e.home_moves = rep.moves;
+    }
+    parsed = false;
+  }
+  VersionVec& stamp = rep.stamp;
+  std::span<const std::byte> data = rep.data;
   // Use the copy only if nothing changed meanwhile: still invalid and clean, and at least as new
   // as everything now required. Otherwise the next fault fetches normally.
   if (parsed && e.state == st(PageState::kInvalid) && e.twin == nullptr &&
@@ -673,11 +763,17 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
   if (r.left() != 0) return Status::malformed("page request: trailing bytes");
   PageEntry& e = table_.at(page);
   std::vector<std::byte> out;
-  {
+  do {
     MutexLock l(table_.lock_of(page));
     if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
-    LOOM_CHECK(e.home == static_cast<int32_t>(me_), "node {} asked for page {} here: {}", in.src(),
-               page, dump_page(page));
+    if (e.home != static_cast<int32_t>(me_)) {
+      // The home moved away from here: say where to.
+      LOOM_CHECK(e.home_moves > 0, "node {} asked for page {} here: {}", in.src(), page,
+                 dump_page(page));
+      out = moved_reply(e);
+      counters_.redirects_sent.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
     bool never_used = false;
     if (e.state == st(PageState::kUnknown)) {
       // The home never touched the page and no diff reached it: it is all zeros.
@@ -697,7 +793,7 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
       return Status::ok();
     }
     out = page_reply_locked(page, e, never_used);
-  }
+  } while (false);
   // note: sent after the stripe lock is released. Replying takes the transport's lock, which
   // this thread may already hold when the handler runs inside transport progress; no stripe
   // lock is ever held while taking it, so the two locks have one order.
@@ -708,8 +804,18 @@ std::vector<std::byte> Hlrc::page_reply_locked(PageId page, PageEntry& e, bool z
   std::vector<std::byte> out;
   out.reserve(kPageBytes + 16 + 8 * e.version.entries().size());
   ByteWriter w(&out);
+  w.u32(zero ? kReplyZero : kReplyPage);
   write_version(w, e.version);
   if (!zero) w.bytes({space_.sys_page(page), kPageBytes});
+  return out;
+}
+
+std::vector<std::byte> Hlrc::moved_reply(const PageEntry& e) {
+  std::vector<std::byte> out;
+  ByteWriter w(&out);
+  w.u32(kReplyMoved);
+  w.u32(static_cast<uint32_t>(e.home));
+  w.u32(e.home_moves);
   return out;
 }
 
@@ -719,6 +825,9 @@ Status Hlrc::on_diffs(comm::Incoming& in) {
   if (!r.u32(&writer) || !r.u32(&interval) || !r.u32(&count) || writer >= nodes_ ||
       writer != in.src() || interval == 0)
     return Status::malformed("diffs: bad header");
+  std::vector<ReadyReply> ready;
+  Batches forward, hints;
+  std::vector<Outgoing> out;
   for (uint32_t k = 0; k < count; ++k) {
     uint64_t page;
     uint32_t prev, len;
@@ -726,23 +835,101 @@ Status Hlrc::on_diffs(comm::Incoming& in) {
     if (!r.u64(&page) || !r.u32(&prev) || !r.u32(&len) || !r.bytes(len, &diff) ||
         page >= space_.num_pages() || prev >= interval)
       return Status::malformed("diffs: bad page entry");
-    PageEntry& e = table_.at(page);
-    std::vector<ReadyReply> ready;
-    {
-      MutexLock l(table_.lock_of(page));
-      if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
-      if (e.home != static_cast<int32_t>(me_))
-        return Status::malformed(
-            fmt::format("diff for page {} whose home is node {}", page, e.home));
-      apply_diff_locked(page, e, writer, interval, prev, diff, &ready);
-    }
-    for (ReadyReply& rr : ready) {
-      Status s = comm_.reply(rr.to, rr.payload);
-      if (!s) LOOM_WARN("answering a held request for page {}: {}", page, s.to_string());
-    }
+    if (Status s = take_diff(page, writer, interval, prev, diff, &ready, &forward, &hints, &out);
+        !s)
+      return s;
   }
   if (r.left() != 0) return Status::malformed("diffs: trailing bytes");
+  return finish_diffs(ready, forward, hints, out);
+}
+
+Status Hlrc::finish_diffs(std::vector<ReadyReply>& ready, const Batches& forward,
+                          const Batches& hints, std::vector<Outgoing>& out) {
+  for (ReadyReply& rr : ready) {
+    Status s = comm_.reply(rr.to, rr.payload);
+    if (!s) LOOM_WARN("answering a held request: {}", s.to_string());
+  }
+  send_entry_batches(msg::kForwardedDiffs, forward);
+  send_entry_batches(msg::kHomeHint, hints);
+  for (Outgoing& o : out) {
+    Status s = comm_.send(o.to, o.type, o.payload);
+    LOOM_CHECK(s.is_ok(), "sending {} to node {}: {}", o.type, o.to, s.to_string());
+  }
   return Status::ok();
+}
+
+Status Hlrc::on_forwarded_diffs(comm::Incoming& in) {
+  ByteReader r(in.payload());
+  uint32_t count;
+  if (!r.u32(&count)) return Status::malformed("forwarded diffs: truncated");
+  std::vector<ReadyReply> ready;
+  Batches forward, hints;
+  std::vector<Outgoing> out;
+  for (uint32_t k = 0; k < count; ++k) {
+    uint64_t page;
+    uint32_t writer, interval, prev, len;
+    std::span<const std::byte> diff;
+    if (!r.u64(&page) || !r.u32(&writer) || !r.u32(&interval) || !r.u32(&prev) || !r.u32(&len) ||
+        !r.bytes(len, &diff) || page >= space_.num_pages() || writer >= nodes_ || interval == 0 ||
+        prev >= interval)
+      return Status::malformed("forwarded diffs: bad entry");
+    if (Status s = take_diff(page, writer, interval, prev, diff, &ready, &forward, &hints, &out);
+        !s)
+      return s;
+  }
+  if (r.left() != 0) return Status::malformed("forwarded diffs: trailing bytes");
+  return finish_diffs(ready, forward, hints, out);
+}
+
+Status Hlrc::take_diff(PageId page, uint32_t writer, uint32_t interval, uint32_t prev,
+                       std::span<const std::byte> diff, std::vector<ReadyReply>* ready,
+                       Batches* forward, Batches* hints, std::vector<Outgoing>* out) {
+  PageEntry& e = table_.at(page);
+  MutexLock l(table_.lock_of(page));
+  if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
+  if (e.home != static_cast<int32_t>(me_)) {
+    if (e.home_moves == 0)
+      return Status::malformed(fmt::format("diff for page {} whose home is node {}", page, e.home));
+    // The home moved away: pass the diff on, and tell its writer where the home is now.
+    add_forward((*forward)[static_cast<comm::NodeId>(e.home)], page, writer, interval, prev, diff);
+    counters_.diffs_forwarded.fetch_add(1, std::memory_order_relaxed);
+    if (writer != me_) {
+      EntryBatch& h = (*hints)[writer];
+      ByteWriter w(&h.bytes);
+      w.u64(page);
+      w.u32(static_cast<uint32_t>(e.home));
+      w.u32(e.home_moves);
+      ++h.count;
+    }
+    return Status::ok();
+  }
+  apply_diff_locked(page, e, writer, interval, prev, diff, ready);
+  maybe_offer_locked(page, e, out);
+  return Status::ok();
+}
+
+void Hlrc::add_forward(EntryBatch& b, PageId page, uint32_t writer, uint32_t interval,
+                       uint32_t prev, std::span<const std::byte> diff) {
+  ByteWriter w(&b.bytes);
+  w.u64(page);
+  w.u32(writer);
+  w.u32(interval);
+  w.u32(prev);
+  w.u32(static_cast<uint32_t>(diff.size()));
+  w.bytes(diff);
+  ++b.count;
+}
+
+void Hlrc::send_entry_batches(comm::MsgType type, const Batches& batches) {
+  for (const auto& [to, b] : batches) {
+    std::vector<std::byte> payload;
+    payload.reserve(4 + b.bytes.size());
+    ByteWriter w(&payload);
+    w.u32(b.count);
+    w.bytes(b.bytes);
+    Status s = comm_.send(to, type, payload);
+    LOOM_CHECK(s.is_ok(), "sending message {} to node {}: {}", type, to, s.to_string());
+  }
 }
 
 void Hlrc::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_t interval,
@@ -764,6 +951,7 @@ void Hlrc::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_
   e.version.raise(writer, interval);
   counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
   counters_.diff_bytes_applied.fetch_add(diff.size(), std::memory_order_relaxed);
+  note_applied(page, e, {writer, interval, prev, {}}, diff);
   // Held diffs this one unblocks.
   for (bool progress = true; progress;) {
     progress = false;
@@ -789,6 +977,7 @@ void Hlrc::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_
       e.version.raise(next.writer, next.interval);
       counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
       counters_.diff_bytes_applied.fetch_add(next.diff.size(), std::memory_order_relaxed);
+      note_applied(page, e, {next.writer, next.interval, next.prev, {}}, next.diff);
     }
   }
   answer_held_locked(page, e, ready);
@@ -802,6 +991,204 @@ void Hlrc::answer_held_locked(PageId page, PageEntry& e, std::vector<ReadyReply>
     ready = take_covered(held_requests_, page, e.version);
   }
   for (const HeldRequest& r : ready) out->push_back({r.to, page_reply_locked(page, e, false)});
+}
+
+// --- Home migration -------------------------------------------------------------------------
+
+void Hlrc::note_applied(PageId page, PageEntry& e, HeldDiff d, std::span<const std::byte> diff) {
+  if (e.streak_writer == static_cast<int32_t>(d.writer)) {
+    ++e.streak;
+  } else {
+    e.streak_writer = static_cast<int32_t>(d.writer);
+    e.streak = 1;
+  }
+  if (e.state == st(PageState::kHomeMoving)) {
+    // Offered, not answered yet: the new home's copy will lack this diff.
+    d.diff.assign(diff.begin(), diff.end());
+    MutexLock h(held_mu_);
+    moving_[page].push_back(std::move(d));
+  }
+}
+
+void Hlrc::maybe_offer_locked(PageId page, PageEntry& e, std::vector<Outgoing>* out) {
+  if (opts_.migrate_after == 0 || e.streak < opts_.migrate_after ||
+      e.streak_writer == static_cast<int32_t>(me_) || e.streak_writer < 0)
+    return;
+  // Only a settled master can move: shared (the writer has a copy), not written here in this
+  // interval (its writes are in place, with no twin to diff), holding every write announced here,
+  // and not part of a program's static data (node 0 keeps those).
+  if (e.state != st(PageState::kHomeShared) || e.in_dirty_list || !e.version.covers(e.required) ||
+      page >= space_.heap_pages())
+    return;
+  {
+    MutexLock h(held_mu_);
+    if (held_diffs_.count(page) != 0) return;  // a writer's chain is incomplete here
+  }
+  const auto to = static_cast<comm::NodeId>(e.streak_writer);
+  e.streak = 0;
+  e.state = st(PageState::kHomeMoving);
+  std::vector<std::byte> payload;
+  payload.reserve(kPageBytes + 64 + 8 * e.version.entries().size());
+  ByteWriter w(&payload);
+  w.u64(page);
+  w.u32(e.home_moves + 1);
+  write_version(w, e.version);
+  w.bytes({space_.sys_page(page), kPageBytes});
+  out->push_back({to, msg::kHomeOffer, std::move(payload)});
+  counters_.home_offers.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The node a home offers its page to. Runs on the server thread.
+Status Hlrc::on_home_offer(comm::Incoming& in) {
+  ByteReader r(in.payload());
+  uint64_t page;
+  uint32_t moves;
+  VersionVec version;
+  std::span<const std::byte> data;
+  if (!r.u64(&page) || page >= space_.heap_pages() || !r.u32(&moves) || moves == 0 ||
+      !read_version(r, nodes_, &version).is_ok() || !r.bytes(kPageBytes, &data) || r.left() != 0)
+    return Status::malformed("home offer: bad payload");
+  PageEntry& e = table_.at(page);
+  HomeAnswer answer{page, moves, 0};
+  {
+    MutexLock l(table_.lock_of(page));
+    if (e.home == static_cast<int32_t>(me_) || moves <= e.home_moves)
+      return Status::malformed(fmt::format("home offer of page {} (move {}) from node {}: {}", page,
+                                           moves, in.src(), dump_page(page)));
+    // Accept only if the offered master is the base of this node's copy: no diff of ours still
+    // on its way to the old home (it would come back after our newer writes), and no fetch in
+    // flight (its reply would be installed over the master).
+    if (!e.fetching && version.get(me_) == e.last_flush) {
+      std::byte* sys = space_.sys_page(page);
+      if (e.twin != nullptr) {
+        // Unreleased local writes stay, in place, as a home's do; the next release announces
+        // them (the page is in the dirty list).
+        std::vector<std::byte> local;
+        memory::diff_create(e.twin.get(), sys, &local);
+        std::memcpy(sys, data.data(), kPageBytes);
+        Status s = memory::diff_apply(local, sys);
+        LOOM_CHECK(s.is_ok(), "re-applying local writes: {}: {}", s.to_string(), dump_page(page));
+        e.twin.reset();
+      } else {
+        std::memcpy(sys, data.data(), kPageBytes);
+      }
+      e.home = static_cast<int32_t>(me_);
+      e.home_moves = moves;
+      e.version = std::move(version);
+      e.state = st(PageState::kHomeShared);
+      e.streak_writer = memory::kHomeUnknown;
+      e.streak = 0;
+      // note: a copy that lacks announced writes waits for them as a home does (fault_home).
+      Prot prot =
+          e.in_dirty_list ? Prot::kReadWrite : (e.prot == Prot::kNone ? e.prot : Prot::kRead);
+      if (!e.version.covers(e.required)) prot = Prot::kNone;
+      e.prot = prot;
+      space_.protect(page, 1, e.prot);
+      table_.notify(page);
+      answer.accepted = 1;
+      counters_.homes_taken.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      counters_.offers_declined.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  return comm_.send(in.src(), msg::kHomeAnswer, comm::as_bytes_of(answer));
+}
+
+// The old home, told whether its offer was taken. Runs on the server thread.
+Status Hlrc::on_home_answer(comm::Incoming& in) {
+  if (in.payload().size() != sizeof(HomeAnswer)) return Status::malformed("home answer: size");
+  HomeAnswer a;
+  std::memcpy(&a, in.payload().data(), sizeof a);
+  if (a.page >= space_.heap_pages() || a.accepted > 1)
+    return Status::malformed("home answer: bad payload");
+  PageEntry& e = table_.at(a.page);
+  Batches forward;
+  std::vector<HeldRequest> redirect;
+  std::vector<std::byte> moved;
+  {
+    MutexLock l(table_.lock_of(a.page));
+    if (e.state != st(PageState::kHomeMoving) || a.moves != e.home_moves + 1)
+      return Status::malformed(fmt::format("home answer for page {} (move {}) from node {}: {}",
+                                           a.page, a.moves, in.src(), dump_page(a.page)));
+    std::vector<HeldDiff> applied;
+    {
+      MutexLock h(held_mu_);
+      if (auto it = moving_.find(a.page); it != moving_.end()) {
+        applied = std::move(it->second);
+        moving_.erase(it);
+      }
+      if (a.accepted == 1) {
+        // Diffs waiting here for an earlier one go on with those applied since the offer: the
+        // new home applies each writer's in order. Requests waiting here are sent there.
+        if (auto it = held_diffs_.find(a.page); it != held_diffs_.end()) {
+          for (HeldDiff& d : it->second) applied.push_back(std::move(d));
+          held_diffs_.erase(it);
+        }
+        if (auto it = held_requests_.find(a.page); it != held_requests_.end()) {
+          redirect = std::move(it->second);
+          held_requests_.erase(it);
+        }
+      }
+    }
+    if (a.accepted == 0) {
+      e.state = st(PageState::kHomeShared);
+      e.streak_writer = memory::kHomeUnknown;
+      e.streak = 0;
+    } else {
+      e.home = static_cast<int32_t>(in.src());
+      e.home_moves = a.moves;
+      // Our writes as home are in the master; our next diff follows them.
+      e.last_flush = e.version.get(me_);
+      e.streak_writer = memory::kHomeUnknown;
+      e.streak = 0;
+      if (e.prot == Prot::kRead && e.version.covers(e.required)) {
+        e.state = st(PageState::kReadOnly);
+      } else {
+        e.state = st(PageState::kInvalid);
+        e.prot = Prot::kNone;
+        space_.protect(a.page, 1, e.prot);
+      }
+      if (opts_.mutant == Options::Mutant::kMoveUnforwarded) applied.clear();
+      for (const HeldDiff& d : applied)
+        add_forward(forward[in.src()], a.page, d.writer, d.interval, d.prev, d.diff);
+      counters_.diffs_forwarded.fetch_add(applied.size(), std::memory_order_relaxed);
+      counters_.homes_moved.fetch_add(1, std::memory_order_relaxed);
+      moved = moved_reply(e);
+    }
+    table_.notify(a.page);
+  }
+  send_entry_batches(msg::kForwardedDiffs, forward);
+  for (const HeldRequest& h : redirect) {
+    counters_.redirects_sent.fetch_add(1, std::memory_order_relaxed);
+    Status s = comm_.reply(h.to, moved);
+    if (!s) LOOM_WARN("redirecting a held request for page {}: {}", a.page, s.to_string());
+  }
+  return Status::ok();
+}
+
+// A writer told where the home of pages it sent diffs for has moved.
+Status Hlrc::on_home_hint(comm::Incoming& in) {
+  ByteReader r(in.payload());
+  uint32_t count;
+  if (!r.u32(&count)) return Status::malformed("home hint: truncated");
+  for (uint32_t k = 0; k < count; ++k) {
+    uint64_t page;
+    uint32_t home, moves;
+    if (!r.u64(&page) || !r.u32(&home) || !r.u32(&moves) || page >= space_.heap_pages() ||
+        home >= nodes_ || moves == 0)
+      return Status::malformed("home hint: bad entry");
+    PageEntry& e = table_.at(page);
+    MutexLock l(table_.lock_of(page));
+    if (moves > e.home_moves) {
+      LOOM_CHECK(e.home != static_cast<int32_t>(me_),
+                 "hint that page {} moved to node {} (move {}), but it is homed here: {}", page,
+                 home, moves, dump_page(page));
+      e.home = static_cast<int32_t>(home);
+      e.home_moves = moves;
+    }
+  }
+  if (r.left() != 0) return Status::malformed("home hint: trailing bytes");
+  return Status::ok();
 }
 
 }  // namespace loom::protocols::hlrc

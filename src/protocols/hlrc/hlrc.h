@@ -12,6 +12,11 @@
 //   - The home writes its master copy in place (no twin); its writes still produce notices.
 //     A home page no other node has fetched is *private*: writable, no write detection, no
 //     notices, until the first remote fetch.
+//   - Home migration: a home that applies `migrate_after` diffs in a row from one other node (and
+//     wrote nothing itself meanwhile) offers that node the home. The writer accepts unless it has
+//     diffs of its own still in flight or is fetching the page; the old home then forwards what
+//     it applied meanwhile and points to the new home: requests get a redirect, diffs are
+//     forwarded, and their writers get a hint (docs/protocols/hlrc.md#home-migration).
 //   - Intervals are per node. A release by any thread flushes the node's dirty pages. A copy
 //     invalidated while it holds unreleased local writes keeps its twin; on the next access the
 //     node fetches the new version and re-applies its own changes (two-way diffing).
@@ -48,6 +53,10 @@ inline constexpr comm::MsgType kPageRequest = comm::msg_range::kProtocols + 0;
 inline constexpr comm::MsgType kDiffs = comm::msg_range::kProtocols + 1;
 inline constexpr comm::MsgType kVtQuery = comm::msg_range::kProtocols + 2;
 inline constexpr comm::MsgType kGcFloor = comm::msg_range::kProtocols + 3;
+inline constexpr comm::MsgType kHomeOffer = comm::msg_range::kProtocols + 4;
+inline constexpr comm::MsgType kHomeAnswer = comm::msg_range::kProtocols + 5;
+inline constexpr comm::MsgType kForwardedDiffs = comm::msg_range::kProtocols + 6;
+inline constexpr comm::MsgType kHomeHint = comm::msg_range::kProtocols + 7;
 }  // namespace msg
 
 // Page states (PageEntry::state).
@@ -58,6 +67,7 @@ enum class PageState : uint8_t {
   kWritable = 3,     // valid cached copy with a twin, written in this interval
   kHomePrivate = 4,  // home, no other node has a copy: writable without detection
   kHomeShared = 5,   // home, copies exist elsewhere: writes are detected (dirty list)
+  kHomeMoving = 6,   // home that offered the page to another node: local faults wait
 };
 const char* state_name(uint8_t s);
 
@@ -67,7 +77,10 @@ struct Counters {
       diff_bytes_applied{0}, diffs_held{0}, requests_held{0}, intervals{0}, notices_sent{0},
       notices_received{0}, invalidations{0}, two_way_merges{0}, fetch_ns{0}, home_wait_ns{0},
       prefetches{0}, prefetches_dropped{0}, gc_rounds{0},
-      fault_ns{0},       // time inside the fault handler
+      // home migration: offers made / accepted here, homes taken, declines, redirects answered
+      // and followed, diffs forwarded to a page's new home
+      home_offers{0}, homes_moved{0}, homes_taken{0}, offers_declined{0}, redirects_sent{0},
+      redirects_followed{0}, diffs_forwarded{0}, fault_ns{0},  // time inside the fault handler
       fetch_wait_ns{0};  // of which waiting for page replies (request + transfer)
 };
 
@@ -82,6 +95,9 @@ class Hlrc final : public Protocol, public Consistency {
     // the notices all of them hold (programs that synchronize only with locks; barriers collect
     // garbage on their own).
     size_t gc_threshold = 4096;
+    // Home migration: after this many diffs in a row from one other node (and no write by the
+    // home or anyone else in between) the home offers the page to that node. 0: homes stay.
+    uint32_t migrate_after = 3;
     // Test-only: a deliberately broken variant, so that the simulator's consistency checker can
     // be shown to catch it (loom-sim --mutant). Never set outside tests.
     enum class Mutant : uint8_t {
@@ -89,6 +105,7 @@ class Hlrc final : public Protocol, public Consistency {
       kSkipInvalidate,   // acquire does not invalidate copies named by write notices
       kNoVersionWait,    // the home answers at once and the requester takes any version
       kDropLocalWrites,  // a refetched copy loses its unreleased local writes (no two-way diff)
+      kMoveUnforwarded,  // an old home does not forward the diffs it applied during the offer
     };
     Mutant mutant = Mutant::kNone;
   };
@@ -193,9 +210,48 @@ class Hlrc final : public Protocol, public Consistency {
   };
   void apply_diff_locked(memory::PageId page, memory::PageEntry& e, uint32_t writer,
                          uint32_t interval, uint32_t prev, std::span<const std::byte> diff,
-                         std::vector<ReadyReply>* ready);
+                         std::vector<ReadyReply>* ready) REQUIRES(table_.lock_of(page));
   void answer_held_locked(memory::PageId page, memory::PageEntry& e,
                           std::vector<ReadyReply>* ready);
+
+  // --- Home migration ---
+  // Messages built under stripe locks and sent after them.
+  struct Outgoing {
+    comm::NodeId to;
+    comm::MsgType type;
+    std::vector<std::byte> payload;
+  };
+  // Entries of hlrc.forwarded_diffs / hlrc.home_hint under construction, per destination.
+  struct EntryBatch {
+    std::vector<std::byte> bytes;
+    uint32_t count = 0;
+  };
+  using Batches = std::map<comm::NodeId, EntryBatch>;
+  // One diff of `writer` that reached this node: applied if this node is the page's home,
+  // else forwarded to the home it knows (`forward`), with a hint for the writer (`hints`).
+  Status take_diff(memory::PageId page, uint32_t writer, uint32_t interval, uint32_t prev,
+                   std::span<const std::byte> diff, std::vector<ReadyReply>* ready,
+                   Batches* forward, Batches* hints, std::vector<Outgoing>* out);
+  // Sends what take_diff() collected.
+  Status finish_diffs(std::vector<ReadyReply>& ready, const Batches& forward, const Batches& hints,
+                      std::vector<Outgoing>& out);
+  static void add_forward(EntryBatch& b, memory::PageId page, uint32_t writer, uint32_t interval,
+                          uint32_t prev, std::span<const std::byte> diff);
+  void send_entry_batches(comm::MsgType type, const Batches& batches);
+  // Home side, after a diff from `writer` was applied: offers the page to its writer if the
+  // streak is long enough and the page can move now.
+  // A diff was applied at the home: extends or restarts the page's writer streak, and keeps a
+  // copy while the page is being offered.
+  void note_applied(memory::PageId page, memory::PageEntry& e, HeldDiff d,
+                    std::span<const std::byte> diff) REQUIRES(table_.lock_of(page));
+  void maybe_offer_locked(memory::PageId page, memory::PageEntry& e, std::vector<Outgoing>* out)
+      REQUIRES(table_.lock_of(page));
+  // The reply to a request that reached a node that is not (any more) the page's home.
+  static std::vector<std::byte> moved_reply(const memory::PageEntry& e);
+  Status on_forwarded_diffs(comm::Incoming& in);
+  Status on_home_offer(comm::Incoming& in);
+  Status on_home_answer(comm::Incoming& in);
+  Status on_home_hint(comm::Incoming& in);
   // The reply to a page request: version stamp, then the page, or nothing if `zero` (the home
   // never used the page: it is all zeros).
   std::vector<std::byte> page_reply_locked(memory::PageId page, memory::PageEntry& e, bool zero);
@@ -231,6 +287,9 @@ class Hlrc final : public Protocol, public Consistency {
   Mutex held_mu_;
   std::unordered_map<memory::PageId, std::vector<HeldRequest>> held_requests_ GUARDED_BY(held_mu_);
   std::unordered_map<memory::PageId, std::vector<HeldDiff>> held_diffs_ GUARDED_BY(held_mu_);
+  // Home migration, at a home that offered a page: the diffs applied since the offer, forwarded
+  // to the new home if it accepts.
+  std::unordered_map<memory::PageId, std::vector<HeldDiff>> moving_ GUARDED_BY(held_mu_);
 };
 
 }  // namespace loom::protocols::hlrc
