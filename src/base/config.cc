@@ -79,9 +79,9 @@ const ConfigRow kRows[] = {
     {"PREFETCH", ConfigType::kBool, "1",
      "At an acquire, fetch again at once the pages it invalidates that this node was reading, "
      "instead of at their next fault."},
-    {"HOME_MIGRATION", ConfigType::kInt, "3",
+    {"HOME_MIGRATION", ConfigType::kInt, "0",
      "hlrc: a home that applies this many diffs in a row from one other node (no other write in "
-     "between) offers that node the page's home. 0: homes never move.",
+     "between) offers that node the page's home. 0: homes never move. Experimental.",
      "", 0, 1 << 20},
     {"LOCK_FAIRNESS", ConfigType::kInt, "4",
      "Lock handoffs to waiting threads on the same node before a waiting remote node is served.",

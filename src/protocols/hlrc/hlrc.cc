@@ -1056,9 +1056,11 @@ Status Hlrc::on_home_offer(comm::Incoming& in) {
       return Status::malformed(fmt::format("home offer of page {} (move {}) from node {}: {}", page,
                                            moves, in.src(), dump_page(page)));
     // Accept only if the offered master is the base of this node's copy: no diff of ours still
-    // on its way to the old home (it would come back after our newer writes), and no fetch in
+    // on its way to the old home (it would come back after our newer writes), no fetch in
     // flight (its reply would be installed over the master).
-    if (!e.fetching && version.get(me_) == e.last_flush) {
+    // And only if our copy is not newer than the master: the diffs it has beyond the master were
+    // applied at the old home after the offer and will come forwarded, over our later writes.
+    if (!e.fetching && version.get(me_) == e.last_flush && version.covers(e.version)) {
       std::byte* sys = space_.sys_page(page);
       if (e.twin != nullptr) {
         // Unreleased local writes stay, in place, as a home's do; the next release announces

@@ -12,7 +12,7 @@
 //   - The home writes its master copy in place (no twin); its writes still produce notices.
 //     A home page no other node has fetched is *private*: writable, no write detection, no
 //     notices, until the first remote fetch.
-//   - Home migration: a home that applies `migrate_after` diffs in a row from one other node (and
+//   - Home migration (experimental, off by default): a home that applies `migrate_after` diffs in a row from one other node (and
 //     wrote nothing itself meanwhile) offers that node the home. The writer accepts unless it has
 //     diffs of its own still in flight or is fetching the page; the old home then forwards what
 //     it applied meanwhile and points to the new home: requests get a redirect, diffs are
@@ -96,8 +96,9 @@ class Hlrc final : public Protocol, public Consistency {
     // garbage on their own).
     size_t gc_threshold = 4096;
     // Home migration: after this many diffs in a row from one other node (and no write by the
-    // home or anyone else in between) the home offers the page to that node. 0: homes stay.
-    uint32_t migrate_after = 3;
+    // home or anyone else in between) the home offers the page to that node. 0: homes stay
+    // (the default while a rare lost update is open, docs/protocols/hlrc.md#home-migration).
+    uint32_t migrate_after = 0;
     // Test-only: a deliberately broken variant, so that the simulator's consistency checker can
     // be shown to catch it (loom-sim --mutant). Never set outside tests.
     enum class Mutant : uint8_t {
