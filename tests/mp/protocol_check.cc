@@ -296,15 +296,15 @@ int badname() {
 
 // --- A malformed protocol message ----------------------------------------------------------
 
-// Node 1 sends node 0 the first message type of `protocol` (its page request) naming a page far
-// outside the region; node 0 must stop the job naming the problem.
-int malformed(const std::string& protocol) {
+// Node 1 sends node 0 message `offset` of `protocol` (default the first: its page request)
+// naming a page far outside the region; node 0 must stop the job naming the problem.
+int malformed(const std::string& protocol, int offset) {
   loom::runtime::Runtime& r = loom::runtime::current();
   const loom::protocols::ProtocolId id = loom::protocols::protocol_id(protocol);
   if (id == loom::memory::kProtocolUnknown) fail("no protocol " + protocol);
   // note: every node registered its message types before the start-up barrier.
-  const auto type = static_cast<loom::comm::MsgType>(loom::comm::msg_range::kProtocols +
-                                                     id * loom::protocols::kMsgTypesPerProtocol);
+  const auto type = static_cast<loom::comm::MsgType>(
+      loom::comm::msg_range::kProtocols + id * loom::protocols::kMsgTypesPerProtocol + offset);
   if (me() == 1) {
     struct {
       uint64_t page;
@@ -330,7 +330,8 @@ int main(int argc, char** argv) {
   if (mode == "atomics") return atomics(arg(2), arg(3));
   if (mode == "mixed") return mixed(arg(2), arg(3));
   if (mode == "badname") return badname();
-  if (mode == "malformed") return malformed(argc > 2 ? argv[2] : "");
+  if (mode == "malformed")
+    return malformed(argc > 2 ? argv[2] : "", argc > 3 ? std::atoi(argv[3]) : 0);
   std::fprintf(stderr, "protocol_check: unknown mode %s\n", mode.c_str());
   return 2;
 }

@@ -1047,7 +1047,7 @@ Status Hlrc::on_home_offer(comm::Incoming& in) {
   std::span<const std::byte> data;
   if (!r.u64(&page) || page >= space_.heap_pages() || !r.u32(&moves) || moves == 0 ||
       !read_version(r, nodes_, &version).is_ok() || !r.bytes(kPageBytes, &data) || r.left() != 0)
-    return Status::malformed("home offer: bad payload");
+    return Status::malformed(fmt::format("home offer of page {}: bad payload", page));
   PageEntry& e = table_.at(page);
   HomeAnswer answer{page, moves, 0};
   {
@@ -1102,7 +1102,7 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
   HomeAnswer a;
   std::memcpy(&a, in.payload().data(), sizeof a);
   if (a.page >= space_.heap_pages() || a.accepted > 1)
-    return Status::malformed("home answer: bad payload");
+    return Status::malformed(fmt::format("home answer for page {}: bad payload", a.page));
   PageEntry& e = table_.at(a.page);
   Batches forward;
   std::vector<HeldRequest> redirect;
@@ -1182,9 +1182,10 @@ Status Hlrc::on_home_hint(comm::Incoming& in) {
     PageEntry& e = table_.at(page);
     MutexLock l(table_.lock_of(page));
     if (moves > e.home_moves) {
-      LOOM_CHECK(e.home != static_cast<int32_t>(me_),
-                 "hint that page {} moved to node {} (move {}), but it is homed here: {}", page,
-                 home, moves, dump_page(page));
+      if (e.home == static_cast<int32_t>(me_))
+        return Status::malformed(
+            fmt::format("home hint: page {} moved to node {} (move {}), but it is homed here", page,
+                        home, moves));
       e.home = static_cast<int32_t>(home);
       e.home_moves = moves;
     }
