@@ -20,6 +20,13 @@ namespace {
 
 uint8_t st(PageState s) { return static_cast<uint8_t>(s); }
 
+// Records that the page's home is `home` after move `moves`, unless this node knows a later one.
+void learn_home(PageEntry& e, uint32_t home, uint32_t moves) {
+  if (moves <= e.home_moves) return;
+  e.home = static_cast<int32_t>(home);
+  e.home_moves = moves;
+}
+
 int64_t now() { return comm::now_ns(); }
 
 // A page reply with no data stands for a page of zeros: the home had never used the page, and
@@ -341,10 +348,7 @@ bool Hlrc::fetch(PageId page, bool is_write) {
     if (rep.kind == kReplyMoved) {
       // The home moved: ask the node it moved to. Each redirect is to a later home, so this
       // ends at the current one.
-      if (rep.moves > e.home_moves) {
-        e.home = static_cast<int32_t>(rep.home);
-        e.home_moves = rep.moves;
-      }
+      learn_home(e, rep.home, rep.moves);
       LOOM_CHECK(e.home != home && e.home != static_cast<int32_t>(me_),
                  "node {} redirected a request for page {} to node {} (move {}): {}", home, page,
                  rep.home, rep.moves, dump_page(page));
@@ -680,10 +684,7 @@ void Hlrc::install_prefetched(PageId page, const Status& status, comm::Buffer re
   e.fetching = false;
   if (parsed && rep.kind == kReplyMoved) {
     // The home moved: remember where to, and leave the page to the next fault.
-    if (rep.moves > e.home_moves) {
-      e.home = static_cast<int32_t>(rep.home);
-      e.home_moves = rep.moves;
-    }
+    learn_home(e, rep.home, rep.moves);
     parsed = false;
   }
   VersionVec& stamp = rep.stamp;
@@ -1181,14 +1182,11 @@ Status Hlrc::on_home_hint(comm::Incoming& in) {
       return Status::malformed("home hint: bad entry");
     PageEntry& e = table_.at(page);
     MutexLock l(table_.lock_of(page));
-    if (moves > e.home_moves) {
-      if (e.home == static_cast<int32_t>(me_))
-        return Status::malformed(
-            fmt::format("home hint: page {} moved to node {} (move {}), but it is homed here", page,
-                        home, moves));
-      e.home = static_cast<int32_t>(home);
-      e.home_moves = moves;
-    }
+    if (moves > e.home_moves && e.home == static_cast<int32_t>(me_))
+      return Status::malformed(
+          fmt::format("home hint: page {} moved to node {} (move {}), but it is homed here", page,
+                      home, moves));
+    learn_home(e, home, moves);
   }
   if (r.left() != 0) return Status::malformed("home hint: trailing bytes");
   return Status::ok();
