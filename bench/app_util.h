@@ -1,4 +1,4 @@
-// Helpers shared by the application benchmarks (sor, heat): timing and the command-line
+// Helpers shared by the application benchmarks (sor, heat, mandelbrot): timing and the command-line
 // conventions of a program that every node of a loomrun job starts with the same arguments.
 #pragma once
 
@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "bench_util.h"
 
@@ -43,6 +44,45 @@ struct LoomSync {
   loom::barrier b;
   void wait() { b.wait(); }
 };
+
+// What run_loom() of a benchmark returns on every node; only node 0 prints `report`.
+template <typename Report>
+struct LoomResult {
+  Report report;
+  int nodes = 0;
+  bool node0 = false;
+};
+
+// This node's place in a loomrun job whose every node runs `threads_per_node` threads.
+struct LoomJob {
+  int node = 0;
+  int nodes = 0;
+  size_t threads_per_node = 0;
+  size_t threads = 0;  // in the whole job (P)
+};
+
+// Calls loom::init and says where this node stands.
+inline LoomJob start_loom_job(int threads_per_node, int* argc, char*** argv) {
+  loom::init(argc, argv);
+  LoomJob job;
+  job.node = loom::node_id();
+  job.nodes = loom::num_nodes();
+  job.threads_per_node = static_cast<size_t>(threads_per_node);
+  job.threads = job.threads_per_node * static_cast<size_t>(job.nodes);
+  return job;
+}
+
+// Runs body(g, t) on each of this node's threads and waits for them all: `t` is the thread's index
+// on the node, `g` = node * threads_per_node + t its index in the job.
+template <typename Body>
+void run_node_threads(const LoomJob& job, const Body& body) {
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < job.threads_per_node; ++t) {
+    const size_t g = static_cast<size_t>(job.node) * job.threads_per_node + t;
+    threads.emplace_back([&body, g, t] { body(g, t); });
+  }
+  for (std::thread& thread : threads) thread.join();
+}
 #endif
 
 }  // namespace loom::bench

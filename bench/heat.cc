@@ -284,21 +284,17 @@ struct HeatShared {
   loom::barrier barrier;  // all P threads
 };
 
-struct LoomResult {
-  Report report;
-  int nodes = 0;
-  bool node0 = false;
+struct HeatResult : LoomResult<Report> {
   bool too_few_rows = false;
 };
 
-LoomResult run_loom(const Args& args, int* argc, char*** argv) {
-  loom::init(argc, argv);
-  LoomResult result;
-  const int node = loom::node_id();
-  result.nodes = loom::num_nodes();
+HeatResult run_loom(const Args& args, int* argc, char*** argv) {
+  const LoomJob job = start_loom_job(args.threads, argc, argv);
+  const int node = job.node;
+  const size_t np = job.threads;
+  HeatResult result;
+  result.nodes = job.nodes;
   result.node0 = node == 0;
-  const size_t t_per_node = static_cast<size_t>(args.threads);
-  const size_t np = t_per_node * static_cast<size_t>(result.nodes);
   if (args.n < np) {  // every node finds it: all leave together
     result.too_few_rows = true;
     loom::finalize();
@@ -322,13 +318,9 @@ LoomResult run_loom(const Args& args, int* argc, char*** argv) {
   header = loom::broadcast_ptr(header, 0);
   const HeatShared shared = *header;
 
-  std::vector<std::thread> threads;
-  for (size_t t = 0; t < t_per_node; ++t) {
-    const size_t p = static_cast<size_t>(node) * t_per_node + t;
-    threads.emplace_back(
-        [&, p] { run_thread(args, shared.data, p, np, LoomSync{shared.barrier}, &result.report); });
-  }
-  for (std::thread& t : threads) t.join();
+  run_node_threads(job, [&](size_t p, size_t) {
+    run_thread(args, shared.data, p, np, LoomSync{shared.barrier}, &result.report);
+  });
   if (node == 0) {
     // Every other thread is past its last barrier and touches none of these again.
     loom::free(shared.data.border);
@@ -420,7 +412,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 #ifndef LOOM_BENCH_NO_DSM
-  LoomResult r = run_loom(args, &argc, &argv);
+  HeatResult r = run_loom(args, &argc, &argv);
   if (r.too_few_rows) {
     if (r.node0)
       std::fprintf(stderr, "%s: every thread needs a row: --n %zu < %d nodes x %d threads\n", kName,

@@ -179,20 +179,13 @@ struct SorShared {
   loom::barrier barrier;
 };
 
-struct LoomResult {
-  Report report;
-  int nodes = 0;
-  bool node0 = false;
-};
-
-LoomResult run_loom(const Args& args, int* argc, char*** argv) {
-  loom::init(argc, argv);
-  LoomResult result;
-  const int node = loom::node_id();
-  result.nodes = loom::num_nodes();
+LoomResult<Report> run_loom(const Args& args, int* argc, char*** argv) {
+  const LoomJob job = start_loom_job(args.threads, argc, argv);
+  const int node = job.node;
+  const size_t p = job.threads;
+  LoomResult<Report> result;
+  result.nodes = job.nodes;
   result.node0 = node == 0;
-  const size_t t_per_node = static_cast<size_t>(args.threads);
-  const size_t p = t_per_node * static_cast<size_t>(result.nodes);
 
   SorShared* header = nullptr;
   if (node == 0) {
@@ -206,13 +199,9 @@ LoomResult run_loom(const Args& args, int* argc, char*** argv) {
   header = loom::broadcast_ptr(header, 0);
   const SorShared shared = *header;
 
-  std::vector<std::thread> threads;
-  for (size_t t = 0; t < t_per_node; ++t) {
-    const size_t g = static_cast<size_t>(node) * t_per_node + t;
-    threads.emplace_back(
-        [&, g] { run_thread(args, shared.grid, g, p, LoomSync{shared.barrier}, &result.report); });
-  }
-  for (std::thread& t : threads) t.join();
+  run_node_threads(job, [&](size_t g, size_t) {
+    run_thread(args, shared.grid, g, p, LoomSync{shared.barrier}, &result.report);
+  });
   if (node == 0) {
     // Every other thread is past its last barrier and touches neither allocation again.
     loom::free(shared.grid);
@@ -286,7 +275,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 #ifndef LOOM_BENCH_NO_DSM
-  LoomResult r = run_loom(args, &argc, &argv);
+  LoomResult<Report> r = run_loom(args, &argc, &argv);
   if (r.node0) print(args, r.nodes, r.report);
 #endif
   return 0;
