@@ -15,7 +15,7 @@ sim=$build/bin/loom-sim
 [[ -x $sim ]] || { echo "message_counts.sh: no $sim (build first)" >&2; exit 2; }
 nodes=(2 3 4 5 6 7 8)
 
-for scenario in ep hfp hfp_d nbody is is_128 writers_readers; do
+for scenario in ep hfp hfp_d nbody is is_128 mandelbrot mandelbrot_pool writers_readers; do
   echo "### $scenario"
   echo
   printf '| protocol | |'; for n in "${nodes[@]}"; do printf ' %s |' "$n"; done; echo

@@ -3,13 +3,14 @@
 # markdown table: median wall time (whole job, REPS runs), median messages and MiB sent (all
 # nodes, from --stats-json; each median taken on its own), and the time relative to hlrc at the
 # same node count (when hlrc is the first protocol). Every run must
-# print its program's result line (SOR/HFP checksums, PARMACS ", OK").
+# print its program's result line (SOR/HFP/Mandelbrot checksums, PARMACS ", OK").
 #
 # The allocations a program makes without naming a protocol use the job's default
 # (loomrun --protocol / LOOM_PROTOCOL); a PARMACS program's static segment stays HLRC.
 # Threads: 4 in all (4 x 1 node, 2 x 2 nodes, 1 x 4 nodes) on whatever cores the machine has.
 #
-# usage: bench/protocols.sh [BUILD_DIR] [REPS] [PROTOCOLS...]
+# usage: [ONLY=REGEX] bench/protocols.sh [BUILD_DIR] [REPS] [PROTOCOLS...]
+#   ONLY: run only the programs whose name matches the (extended) regular expression.
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 reps=${2:-3}
@@ -25,6 +26,7 @@ programs=(
   "SOR 1024^2 x 20|loom|$build/bench/sor --mode loom --threads THREADS --n 1024 --iters 20"
   "HFP 1024x512 x 30|loom|$build/bench/heat --form hfp --mode loom --threads THREADS --n 1024 --cols 512 --iters 30"
   "HFP_D 1024x512 x 30|loom|$build/bench/heat --form hfp_d --mode loom --threads THREADS --n 1024 --cols 512 --iters 30"
+  "Mandelbrot 1440x960 whole set|loom|$build/bench/mandelbrot --mode loom --threads THREADS --region -2,0.5,-1.25,1.25 --width 1440 --height 960 --iters 2048"
   "LU 512, blocks of 16|pm|$build/apps/parmacs/lu 4 512 16"
   "N-body 1024 x 3|pm|$build/apps/parmacs/nbody 4 1024 3"
   "radix sort 1000000|pm|$build/apps/parmacs/radix 4 1000000"
@@ -66,6 +68,7 @@ echo "$header"
 echo "$sep"
 for entry in "${programs[@]}"; do
   IFS='|' read -r name kind cmd <<<"$entry"
+  [[ -z ${ONLY:-} || $name =~ $ONLY ]] || continue
   for nodes in 1 2 4; do
     row="| $name | $nodes |"
     declare -A secs=()

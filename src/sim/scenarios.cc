@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -34,6 +36,11 @@ struct Counting {
 struct Shared {
   Counting counting;
   std::vector<uint64_t> addrs;
+  // mandelbrot: the condition variable's generation (a program keeps it beside the counter its
+  // lock guards; here outside simulated memory, which the counter's accesses already exercise),
+  // and the pixels the threads coloured (checked at the end, not simulated).
+  uint64_t cond_generation = 0;
+  int64_t pixels = 0;
 };
 
 struct Scenario {
@@ -245,6 +252,250 @@ void embarrassingly_parallel(Simulation& sim, std::shared_ptr<Shared> sh) {
   }
 }
 
+// Mandelbrot with basic synchronization (thesis Sec. 5.2.5, Table 5.8, "single/multiple owner
+// protocol with basic sync"): the program of bench/mandelbrot.cc (--sync semaphores), one thread
+// per node, at the thesis's size: 720 x 480 points of x = [-2, -1.25], y = [0.5, 1.25], 256
+// iterations, blocks 16 pixels wide or high (or less) coloured pixel by pixel, a visit to the
+// global pool every 8 blocks. The blocks really are computed (the colours decide which blocks
+// split), so the pool sees the program's sequence of blocks. The global pool (one page of 16-byte
+// blocks), the control information (one page: blocks in the pool, approximate total, sleeping
+// threads, done, pixel and block tallies, then each thread's held count) and the semaphore `empty`
+// (a lock, a condition variable and a counter on a page of its own, as loom_pm_sem_t) are homed at
+// node 0; `mutex` is a lock. Image rows are written to shared memory (2 bytes per pixel, first
+// touch) by the thread that colours them, as the program does; nobody reads the image back. A
+// barrier at the end. The run fails unless every pixel was coloured exactly once (no block lost or
+// repeated).
+namespace mandelbrot {
+
+constexpr int kWidth = 720, kHeight = 480, kIters = 256, kMinBlock = 16, kBalanceEvery = 8;
+constexpr int kGrid = 4;  // the global pool starts with 4 x 4 blocks
+constexpr double kX0 = -2.0, kX1 = -1.25, kY0 = 0.5, kY1 = 1.25;
+constexpr uint64_t kBlockBytes = 16;
+constexpr uint64_t kPoolCapacity = kPage / kBlockBytes;
+constexpr uint64_t kImageBytes = uint64_t{kWidth} * kHeight * 2;
+// Words of the control page; held[p] at word kHeld + p.
+enum Word : uint64_t { kTop, kTotal, kSleeping, kDone, kPixels, kBlocks, kHeld };
+// addrs[] of the scenario.
+enum Addr : size_t { kImage, kPool, kControl, kSem };
+
+struct Block {
+  int32_t x, y, w, h;
+};
+
+// At least a page: the control information has its page(s) to itself.
+uint64_t control_bytes(uint32_t nodes) { return std::max(kPage, (kHeld + nodes) * kWord); }
+
+// The same escape-time colour as bench/mandelbrot.cc.
+uint16_t colour(int i, int j) {
+  const double cx = kX0 + (kX1 - kX0) / kWidth * i, cy = kY0 + (kY1 - kY0) / kHeight * j;
+  double x = 0, y = 0;
+  for (int n = 1; n <= kIters; ++n) {
+    const double xx = x * x, yy = y * y;
+    y = 2 * x * y + cy;
+    x = xx - yy + cx;
+    if (x * x + y * y > 4) return static_cast<uint16_t>(n);
+  }
+  return 0;
+}
+
+// One thread's side of the program (its local pool, and the scenario's shared addresses).
+class Worker {
+ public:
+  Worker(Thread& t, Shared& sh, bool image)
+      : t_(t), sh_(sh), p_(t.node()), n_(t.sim().nodes()), image_(image) {}
+
+  void run() {
+    int since_visit = 0;
+    for (;;) {
+      if (!local_.empty() && since_visit < kBalanceEvery) {
+        const Block b = local_.back();
+        local_.pop_back();
+        pixels_ += work_on(b);
+        ++blocks_;
+        ++since_visit;
+        continue;
+      }
+      since_visit = 0;
+      if (!visit_pool()) return;
+    }
+  }
+
+ private:
+  uint64_t word(uint64_t w) const { return sh_.addrs[kControl] + w * kWord; }
+  uint64_t get(uint64_t w) { return t_.read(word(w)); }
+  void set(uint64_t w, uint64_t v) { t_.write(word(w), v); }
+
+  Block read_block(uint64_t k) {
+    const uint64_t a = sh_.addrs[kPool] + k * kBlockBytes;
+    const uint64_t xy = t_.read(a), wh = t_.read(a + kWord);
+    return {static_cast<int32_t>(xy), static_cast<int32_t>(xy >> 32), static_cast<int32_t>(wh),
+            static_cast<int32_t>(wh >> 32)};
+  }
+  void write_block(uint64_t k, const Block& b) {
+    const uint64_t a = sh_.addrs[kPool] + k * kBlockBytes;
+    auto pack = [](int32_t lo, int32_t hi) {
+      return static_cast<uint32_t>(lo) | uint64_t{static_cast<uint32_t>(hi)} << 32;
+    };
+    t_.write(a, pack(b.x, b.y));
+    t_.write(a + kWord, pack(b.w, b.h));
+  }
+
+  // Writes pixels [x, x + row.size()) of image row j.
+  void write_row(int x, int j, const std::vector<uint16_t>& row) {
+    if (!image_) return;
+    std::vector<std::byte> bytes(row.size() * 2);
+    for (size_t k = 0; k < row.size(); ++k) {
+      bytes[2 * k] = static_cast<std::byte>(row[k] & 0xff);
+      bytes[2 * k + 1] = static_cast<std::byte>(row[k] >> 8);
+    }
+    t_.write_bytes(sh_.addrs[kImage] + (uint64_t(j) * kWidth + x) * 2, bytes);
+  }
+
+  // bench/mandelbrot.cc's Plane::work_on: colours the block (returns its pixels) or splits it.
+  int64_t work_on(const Block& b) {
+    std::vector<uint16_t> row(b.w);
+    if (b.w <= kMinBlock || b.h <= kMinBlock) {
+      for (int j = b.y; j < b.y + b.h; ++j) {
+        for (int i = 0; i < b.w; ++i) row[i] = colour(b.x + i, j);
+        write_row(b.x, j, row);
+      }
+      return int64_t{b.w} * b.h;
+    }
+    const uint16_t c = colour(b.x, b.y);
+    bool same = true;
+    const int right = b.x + b.w - 1, bottom = b.y + b.h - 1;
+    for (int i = b.x; same && i <= right; ++i) same = colour(i, b.y) == c && colour(i, bottom) == c;
+    for (int j = b.y + 1; same && j < bottom; ++j)
+      same = colour(b.x, j) == c && colour(right, j) == c;
+    if (same) {
+      std::fill(row.begin(), row.end(), c);
+      for (int j = b.y; j < b.y + b.h; ++j) write_row(b.x, j, row);
+      return int64_t{b.w} * b.h;
+    }
+    const int32_t w1 = b.w / 2, h1 = b.h / 2;
+    local_.push_back({b.x, b.y, w1, h1});
+    local_.push_back({b.x + w1, b.y, b.w - w1, h1});
+    local_.push_back({b.x, b.y + h1, w1, b.h - h1});
+    local_.push_back({b.x + w1, b.y + h1, b.w - w1, b.h - h1});
+    return 0;
+  }
+
+  // The semaphore `empty`: lock_id(1), cond_id(0) and the counter at the start of its page.
+  void sem_v() {
+    t_.lock(lock_id(1));
+    t_.write(sh_.addrs[kSem], t_.read(sh_.addrs[kSem]) + 1);
+    t_.cond_signal(cond_id(0), &sh_.cond_generation, false);
+    t_.unlock(lock_id(1));
+  }
+  void sem_p() {
+    t_.lock(lock_id(1));
+    while (t_.read(sh_.addrs[kSem]) == 0)
+      t_.cond_wait(cond_id(0), &sh_.cond_generation, lock_id(1));
+    t_.write(sh_.addrs[kSem], t_.read(sh_.addrs[kSem]) - 1);
+    t_.unlock(lock_id(1));
+  }
+
+  // bench/mandelbrot.cc's visit_pool, under `mutex` (lock_id(0)).
+  bool visit_pool() {
+    t_.lock(lock_id(0));
+    set(kPixels, get(kPixels) + static_cast<uint64_t>(pixels_));
+    set(kBlocks, get(kBlocks) + static_cast<uint64_t>(blocks_));
+    sh_.pixels += pixels_;
+    pixels_ = blocks_ = 0;
+    if (get(kDone) != 0) {
+      t_.unlock(lock_id(0));
+      return false;
+    }
+    const auto n = static_cast<int64_t>(local_.size());
+    const auto total =
+        static_cast<int64_t>(get(kTotal)) + n - static_cast<int64_t>(get(kHeld + p_));
+    auto top = static_cast<int64_t>(get(kTop));
+    int64_t quota = total / n_;
+    if (quota == 0 && total > 0) quota = 1;
+    if (n < quota) {
+      for (int64_t k = std::min(quota - n, top); k > 0; --k) local_.push_back(read_block(--top));
+    } else {
+      for (int64_t k = std::min<int64_t>(n - quota, kPoolCapacity - top); k > 0; --k) {
+        write_block(top++, local_.front());
+        local_.pop_front();
+      }
+    }
+    set(kHeld + p_, local_.size());
+    set(kTotal, static_cast<uint64_t>(total));
+    set(kTop, static_cast<uint64_t>(top));
+    auto sleeping = static_cast<int64_t>(get(kSleeping));
+    int64_t wake = 0;
+    bool sleep = false, finished = false;
+    if (local_.empty()) {
+      if (sleeping == static_cast<int64_t>(n_) - 1) {
+        set(kDone, 1);
+        wake = sleeping;
+        sleeping = 0;
+        finished = true;
+      } else {
+        ++sleeping;
+        sleep = true;
+      }
+    } else if (top > 0 && sleeping > 0) {
+      wake = std::min(sleeping, top);
+      sleeping -= wake;
+    }
+    set(kSleeping, static_cast<uint64_t>(sleeping));
+    t_.unlock(lock_id(0));
+    for (int64_t k = 0; k < wake; ++k) sem_v();
+    if (finished) return false;
+    if (sleep) sem_p();
+    return true;
+  }
+
+  Thread& t_;
+  Shared& sh_;
+  const uint32_t p_, n_;
+  const bool image_;
+  std::deque<Block> local_;  // newest at the back
+  int64_t pixels_ = 0, blocks_ = 0;
+};
+
+void run(Simulation& sim, std::shared_ptr<Shared> sh, bool image) {
+  uint32_t n = sim.nodes();
+  for (uint32_t node = 0; node < n; ++node) {
+    sim.spawn(node, [sh, n, image](Thread& t) {
+      if (t.node() == 0) {
+        sh->addrs = {t.alloc(kImageBytes), t.alloc(kPage, Placement::kNode, 0),
+                     t.alloc(control_bytes(n), Placement::kNode, 0),
+                     t.alloc(kPage, Placement::kNode, 0)};
+        // The initial grid in the pool (not counted, as the program's reset before its barrier).
+        uint64_t k = 0;
+        for (int by = 0; by < kGrid; ++by) {
+          for (int bx = 0; bx < kGrid; ++bx, ++k) {
+            const int x0 = kWidth * bx / kGrid, x1 = kWidth * (bx + 1) / kGrid;
+            const int y0 = kHeight * by / kGrid, y1 = kHeight * (by + 1) / kGrid;
+            const uint64_t a = sh->addrs[kPool] + k * kBlockBytes;
+            t.write(a, static_cast<uint32_t>(x0) | uint64_t{static_cast<uint32_t>(y0)} << 32);
+            t.write(a + kWord, static_cast<uint32_t>(x1 - x0) |
+                                   uint64_t{static_cast<uint32_t>(y1 - y0)} << 32);
+          }
+        }
+        t.write(sh->addrs[kControl] + kTop * kWord, k);
+        t.write(sh->addrs[kControl] + kTotal * kWord, k);
+      }
+      set_up_done(t, *sh, [&] {
+        return Ranges{{sh->addrs[kPool], kPage},
+                      {sh->addrs[kControl], control_bytes(n)},
+                      {sh->addrs[kSem], kPage}};
+      });
+      Worker(t, *sh, image).run();
+      t.barrier(barrier_id(0), n);
+      if (t.node() == 0 && sh->pixels != int64_t{kWidth} * kHeight)
+        t.sim().fail(Status::internal(fmt::format(
+            "mandelbrot: {} pixels coloured, expected {}: the pool lost or repeated a block",
+            sh->pixels, kWidth * kHeight)));
+    });
+  }
+}
+
+}  // namespace mandelbrot
+
 const std::vector<Scenario>& scenarios() {
   static const std::vector<Scenario> list = {
       {{"writers_readers",
@@ -272,6 +523,17 @@ const std::vector<Scenario>& scenarios() {
       {{"ep", "embarrassingly parallel: each node writes its results once, node 0 reduces"},
        2,
        embarrassingly_parallel},
+      {{"mandelbrot",
+        "Mandelbrot with a global task pool under a lock and a semaphore (basic sync), 720x480"},
+       2,
+       [](Simulation& sim, std::shared_ptr<Shared> sh) {
+         mandelbrot::run(sim, std::move(sh), true);
+       }},
+      {{"mandelbrot_pool", "as mandelbrot, without the image writes: the pool's traffic alone"},
+       2,
+       [](Simulation& sim, std::shared_ptr<Shared> sh) {
+         mandelbrot::run(sim, std::move(sh), false);
+       }},
   };
   return list;
 }
