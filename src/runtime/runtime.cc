@@ -188,11 +188,13 @@ void Runtime::start_memory() {
       *comm_, *platform_, static_cast<uint32_t>(config_.get_int("LOCK_FAIRNESS")));
   barriers_ = std::make_unique<sync::BarrierService>(*comm_, *platform_, space_->num_pages());
   conds_ = std::make_unique<sync::CondService>(*comm_, *locks_);
+  objects_ = std::make_unique<sync::ObjectService>(*comm_, *platform_);
   hlrc_->init_static_pages();
   // Registered before the start-up barrier: no peer can send these types earlier.
   for (Status s : {heap_->register_messages(), platform_->register_messages(),
                    locks_->register_messages(), barriers_->register_messages(),
-                   conds_->register_messages(), register_parmacs_messages(*this)})
+                   conds_->register_messages(), objects_->register_messages(),
+                   register_parmacs_messages(*this)})
     LOOM_CHECK(s.is_ok(), "registering message types: {}", s.to_string());
   if (Status s = memory::install_fault_handler(space_.get(), platform_.get()); !s)
     log::die(kExitJobFailed, s.to_string());
@@ -240,6 +242,13 @@ nlohmann::json Runtime::dsm_json() const {
   j["lock_grants_sent"] = v(l.grants_sent);
   const sync::BarrierCounters& b = barriers_->counters();
   j["barrier_waits"] = v(b.waits);
+  const sync::ObjectCounters& o = objects_->counters();
+  j["object_calls"] = v(o.calls);
+  j["object_calls_local"] = v(o.calls_local);
+  j["object_operations"] = v(o.operations);
+  j["object_replies_deferred"] = v(o.deferred);
+  j["object_views_sent"] = v(o.views_sent);
+  j["objects_created"] = v(o.created);
   memory::AddressSpace::Stats as = space_->stats();
   j["protect_calls"] = as.protect_calls;
   j["protection_collapses"] = as.collapses;
@@ -255,6 +264,7 @@ nlohmann::json Runtime::dsm_json() const {
                   {"home_wait", ms(v(c.home_wait_ns))},
                   {"lock_wait", ms(v(l.wait_ns))},
                   {"barrier_wait", ms(v(b.wait_ns))},
+                  {"object_call_wait", ms(v(o.wait_ns))},
                   {"handlers", ms(server_->stats().handler_ns)}};
   // The other protocols' own counters, by name.
   std::vector<std::string> names = protocols::protocol_names();

@@ -22,6 +22,7 @@
 #include "sync/barriers.h"
 #include "sync/conds.h"
 #include "sync/locks.h"
+#include "sync/objects.h"
 
 namespace loom::runtime {
 
@@ -52,6 +53,7 @@ class Runtime {
   sync::LockService& locks() { return *locks_; }
   sync::BarrierService& barriers() { return *barriers_; }
   sync::CondService& conds() { return *conds_; }
+  sync::ObjectService& objects() { return *objects_; }
   comm::NodeId rank() const { return comm_->rank(); }
   uint32_t size() const { return comm_->size(); }
 
@@ -81,6 +83,7 @@ class Runtime {
   std::unique_ptr<sync::LockService> locks_;
   std::unique_ptr<sync::BarrierService> barriers_;
   std::unique_ptr<sync::CondService> conds_;
+  std::unique_ptr<sync::ObjectService> objects_;
   int dumper_id_ = -1;
   bool stopped_ = false;
 };

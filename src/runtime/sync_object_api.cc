@@ -1,0 +1,111 @@
+// The synchronization-object API (loom/sync_object.hpp) on sync::ObjectService.
+#include <fmt/format.h>
+
+#include "base/log.h"
+#include "loom/loom.hpp"
+#include "loom/sync_object.hpp"
+#include "runtime/runtime.h"
+#include "sync/objects.h"
+
+namespace loom::detail {
+namespace {
+
+[[noreturn]] void misuse(std::string_view what) { log::die(runtime::kExitConfig, what); }
+
+runtime::Runtime& rt(const char* caller) {
+  if (!initialized())
+    misuse(fmt::format("{}: Loom is not initialized (call loom::init first)", caller));
+  return runtime::current();
+}
+
+sync::Call& as_call(void* call) { return *static_cast<sync::Call*>(call); }
+
+std::span<const std::byte> bytes(const void* p, size_t n) {
+  return {static_cast<const std::byte*>(p), n};
+}
+
+// An object handle read from shared memory that nobody created (zeros, or garbage).
+void check_ref(const sync_ref& ref, const char* caller) {
+  if (!sync::has_tag(ref.id, sync::kObjectTag) || ref.cls >= sync::num_classes() ||
+      ref.home >= static_cast<uint32_t>(num_nodes()))
+    misuse(fmt::format(
+        "{}: not a synchronization object (id {:#x}, home {}, class {}); create it with "
+        "sync_class::create first",
+        caller, ref.id, ref.home, ref.cls));
+}
+
+}  // namespace
+
+uint32_t sync_register_class(const char* name, sync_make_fn make, sync_destroy_fn destroy) {
+  if (initialized())
+    misuse(
+        fmt::format("sync_class \"{}\": register synchronization classes before loom::init "
+                    "(at namespace scope), identically on every node",
+                    name));
+  return sync::register_class(
+      name, [make](std::span<const std::byte> init) { return make(init.data(), init.size()); },
+      std::move(destroy));
+}
+
+uint32_t sync_add_operation(uint32_t cls, const char* name, sync_attr attr, sync_op_fn fn) {
+  if (initialized())
+    misuse(
+        fmt::format("operation \"{}\": add a synchronization class's operations before "
+                    "loom::init (at namespace scope), identically on every node",
+                    name));
+  return sync::add_operation(
+      cls, name, static_cast<sync::Attr>(attr),
+      [fn = std::move(fn)](void* state, std::span<const std::byte> arg, sync::Call& call) {
+        fn(state, arg.data(), arg.size(), &call);
+      });
+}
+
+sync_ref sync_create(uint32_t cls, int home, const void* init, size_t size) {
+  runtime::Runtime& r = rt("sync_class::create");
+  if (home < 0 || home >= num_nodes())
+    misuse(fmt::format("sync_class::create: home node {} is not in this {}-node job", home,
+                       num_nodes()));
+  sync::ObjectRef ref = r.objects().create(cls, static_cast<comm::NodeId>(home), bytes(init, size));
+  return {ref.id, ref.home, ref.cls};
+}
+
+void sync_destroy(const sync_ref& ref) {
+  runtime::Runtime& r = rt("sync_object::destroy");
+  check_ref(ref, "sync_object::destroy");
+  r.objects().destroy({ref.id, ref.home, ref.cls});
+}
+
+void sync_invoke(const sync_ref& ref, uint32_t op, const void* arg, size_t arg_size, void* result,
+                 size_t result_size) {
+  runtime::Runtime& r = rt("sync_op");
+  check_ref(ref, "sync_op");
+  std::vector<std::byte> out =
+      r.objects().call({ref.id, ref.home, ref.cls}, op, bytes(arg, arg_size));
+  if (out.size() != result_size)
+    misuse(
+        fmt::format("sync_op: operation {} of object {:#x} answered {} bytes where its result "
+                    "type has {} (a reply_to with another type than the deferred call's?)",
+                    op, ref.id, out.size(), result_size));
+  if (result_size != 0) std::memcpy(result, out.data(), result_size);
+}
+
+void sync_reply(void* call, const void* result, size_t size) {
+  as_call(call).reply(bytes(result, size));
+}
+
+uint64_t sync_defer(void* call) { return as_call(call).defer(); }
+
+void sync_reply_to(void* call, uint64_t pending, const void* result, size_t size) {
+  as_call(call).reply_to(pending, bytes(result, size));
+}
+
+int sync_caller(void* call) { return static_cast<int>(as_call(call).caller()); }
+
+void sync_bad_argument(size_t got, size_t want) {
+  misuse(
+      fmt::format("synchronization object: an operation got {} bytes where its argument type "
+                  "has {}",
+                  got, want));
+}
+
+}  // namespace loom::detail

@@ -1,0 +1,459 @@
+#include "sync/objects.h"
+
+#include <fmt/format.h>
+
+#include <deque>
+
+#include "base/log.h"
+#include "sync/locks.h"
+
+namespace loom::sync {
+
+using protocols::ByteReader;
+using protocols::ByteWriter;
+using protocols::VectorTime;
+
+namespace {
+
+struct OperationDef {
+  std::string name;
+  Attr attr;
+  OperationFn fn;
+};
+
+struct ClassDef {
+  std::string name;
+  MakeStateFn make;
+  DestroyStateFn destroy;
+  std::vector<OperationDef> ops;
+};
+
+// note: a deque, so that references to a class stay valid while later ones register.
+std::deque<ClassDef>& classes() {
+  static std::deque<ClassDef> list;
+  return list;
+}
+
+// FNV-1a over the class's name and its operations' names and attributes: a node whose
+// registration differs from the home's is refused when it creates an object.
+uint32_t signature(const ClassDef& c) {
+  uint32_t h = 2166136261u;
+  auto add = [&h](std::string_view s) {
+    for (char ch : s) {
+      h ^= static_cast<uint8_t>(ch);
+      h *= 16777619u;
+    }
+    h ^= 0xff;
+    h *= 16777619u;
+  };
+  add(c.name);
+  for (const OperationDef& op : c.ops) {
+    add(op.name);
+    add(attr_name(op.attr));
+  }
+  return h;
+}
+
+void merge(VectorTime& into, const VectorTime& from) {
+  for (size_t k = 0; k < into.size() && k < from.size(); ++k) into[k] = std::max(into[k], from[k]);
+}
+
+std::vector<std::byte> copy_of(std::span<const std::byte> b) { return {b.begin(), b.end()}; }
+
+}  // namespace
+
+const char* attr_name(Attr a) {
+  switch (a) {
+    case Attr::kNone:
+      return "none";
+    case Attr::kRelease:
+      return "release";
+    case Attr::kAcquire:
+      return "acquire";
+    case Attr::kReleaseAcquire:
+      return "release_acquire";
+    case Attr::kAcquireRelease:
+      return "acquire_release";
+  }
+  return "?";
+}
+
+uint32_t register_class(std::string name, MakeStateFn make, DestroyStateFn destroy) {
+  classes().push_back({std::move(name), std::move(make), std::move(destroy), {}});
+  return static_cast<uint32_t>(classes().size() - 1);
+}
+
+uint32_t add_operation(uint32_t cls, std::string name, Attr attr, OperationFn fn) {
+  LOOM_CHECK(cls < classes().size(), "add_operation: no synchronization class {}", cls);
+  std::vector<OperationDef>& ops = classes()[cls].ops;
+  ops.push_back({std::move(name), attr, std::move(fn)});
+  return static_cast<uint32_t>(ops.size() - 1);
+}
+
+Attr operation_attr(uint32_t cls, uint32_t op) {
+  LOOM_CHECK(cls < classes().size() && op < classes()[cls].ops.size(),
+             "no operation {} in synchronization class {}", op, cls);
+  return classes()[cls].ops[op].attr;
+}
+
+uint32_t num_classes() { return static_cast<uint32_t>(classes().size()); }
+
+// --- Call ---------------------------------------------------------------------------------------
+
+void Call::reply(std::span<const std::byte> result) NO_THREAD_SAFETY_ANALYSIS {
+  // why no analysis: operations run inside ObjectService::run, which holds object_.mu.
+  LOOM_CHECK(!answered_, "synchronization class {}: an operation answered its call twice",
+             classes()[object_.cls].name);
+  answered_ = true;
+  service_.answer(object_, self_, result, out_);
+}
+
+PendingId Call::defer() NO_THREAD_SAFETY_ANALYSIS {
+  LOOM_CHECK(!answered_, "synchronization class {}: an operation deferred an answered call",
+             classes()[object_.cls].name);
+  answered_ = true;
+  PendingId id = object_.next_pending++;
+  object_.pending.emplace(id, std::move(self_));
+  service_.counters_.deferred.fetch_add(1, std::memory_order_relaxed);
+  return id;
+}
+
+void Call::reply_to(PendingId pending,
+                    std::span<const std::byte> result) NO_THREAD_SAFETY_ANALYSIS {
+  auto it = object_.pending.find(pending);
+  LOOM_CHECK(it != object_.pending.end(),
+             "synchronization class {}: reply to pending call {}, which is not waiting",
+             classes()[object_.cls].name, pending);
+  Waiting w = std::move(it->second);
+  object_.pending.erase(it);
+  service_.answer(object_, w, result, out_);
+}
+
+// --- ObjectService ------------------------------------------------------------------------------
+
+ObjectService::ObjectService(comm::Comm& comm, protocols::Consistency& consistency)
+    : comm_(comm),
+      consistency_(consistency),
+      me_(comm.rank()),
+      nodes_(comm.size()),
+      home_vt_(comm.size(), VectorTime(comm.size(), 0)) {}
+
+ObjectService::~ObjectService() {
+  MutexLock l(mu_);
+  for (auto& [id, o] : objects_) classes()[o->cls].destroy(o->state);
+}
+
+size_t ObjectService::objects_here() const {
+  MutexLock l(mu_);
+  return objects_.size();
+}
+
+Object* ObjectService::find(uint64_t id) const {
+  MutexLock l(mu_);
+  auto it = objects_.find(id);
+  return it == objects_.end() ? nullptr : it->second.get();
+}
+
+Status ObjectService::register_messages() {
+  comm::MessageRegistry& reg = comm_.registry();
+  auto print_id = [](std::span<const std::byte> p) {
+    uint64_t id = 0;
+    if (p.size() >= 8) std::memcpy(&id, p.data(), 8);
+    return fmt::format("object={:#x} bytes={}", id, p.size());
+  };
+  Status s = reg.add(
+      msg::kObjectCreate, "object.create", [this](comm::Incoming& in) { return on_create(in); },
+      print_id);
+  if (!s) return s;
+  s = reg.add(
+      msg::kObjectDestroy, "object.destroy", [this](comm::Incoming& in) { return on_destroy(in); },
+      print_id);
+  if (!s) return s;
+  return reg.add(
+      msg::kObjectCall, "object.call", [this](comm::Incoming& in) { return on_call(in); },
+      print_id);
+}
+
+ObjectRef ObjectService::create(uint32_t cls, comm::NodeId home, std::span<const std::byte> init) {
+  LOOM_CHECK(cls < num_classes(), "creating a synchronization object of unknown class {}", cls);
+  LOOM_CHECK(home < nodes_, "creating a synchronization object at node {} of a {}-node job", home,
+             nodes_);
+  ObjectRef ref{new_sync_id(kObjectTag, me_), home, cls};
+  counters_.created.fetch_add(1, std::memory_order_relaxed);
+  if (home == me_) {
+    auto o = std::make_unique<Object>();
+    o->cls = cls;
+    o->state = classes()[cls].make(init);
+    {
+      MutexLock ol(o->mu);
+      o->view.assign(nodes_, 0);
+    }
+    MutexLock l(mu_);
+    objects_.emplace(ref.id, std::move(o));
+    return ref;
+  }
+  std::vector<std::byte> payload;
+  ByteWriter w(&payload);
+  w.u64(ref.id);
+  w.u32(cls);
+  w.u32(signature(classes()[cls]));
+  w.u32(static_cast<uint32_t>(init.size()));
+  w.bytes(init);
+  Result<comm::Buffer> r = comm_.call(home, msg::kObjectCreate, payload);
+  LOOM_CHECK(r.is_ok(), "creating a synchronization object of class {} at node {}: {}",
+             classes()[cls].name, home, r.status().to_string());
+  return ref;
+}
+
+Status ObjectService::on_create(comm::Incoming& in) {
+  ByteReader r(in.payload());
+  uint64_t id;
+  uint32_t cls, sig, len;
+  std::span<const std::byte> init;
+  if (!r.u64(&id) || !has_tag(id, kObjectTag) || !r.u32(&cls) || !r.u32(&sig) || !r.u32(&len) ||
+      !r.bytes(len, &init) || r.left() != 0)
+    return Status::malformed("object.create: bad format");
+  if (cls >= num_classes() || signature(classes()[cls]) != sig) {
+    return comm_.reply_error(
+        in.reply_to(),
+        Status::invalid_argument(fmt::format(
+            "node {} registers synchronization class {} differently (a class with other "
+            "operations, or registered in another order): every node must register the same "
+            "classes and operations in the same order",
+            me_, cls)));
+  }
+  auto o = std::make_unique<Object>();
+  o->cls = cls;
+  o->state = classes()[cls].make(init);
+  {
+    MutexLock ol(o->mu);
+    o->view.assign(nodes_, 0);
+  }
+  {
+    MutexLock l(mu_);
+    if (objects_.contains(id)) {
+      classes()[cls].destroy(o->state);
+      return Status::malformed(fmt::format("object.create: object {:#x} exists already", id));
+    }
+    objects_.emplace(id, std::move(o));
+  }
+  return comm_.reply(in.reply_to(), std::span<const std::byte>());
+}
+
+void ObjectService::destroy(const ObjectRef& obj) {
+  if (obj.home != me_) {
+    std::vector<std::byte> payload;
+    ByteWriter w(&payload);
+    w.u64(obj.id);
+    Result<comm::Buffer> r = comm_.call(obj.home, msg::kObjectDestroy, payload);
+    LOOM_CHECK(r.is_ok(), "destroying synchronization object {:#x} at node {}: {}", obj.id,
+               obj.home, r.status().to_string());
+    return;
+  }
+  std::unique_ptr<Object> o;
+  {
+    MutexLock l(mu_);
+    auto it = objects_.find(obj.id);
+    LOOM_CHECK(it != objects_.end(), "destroying synchronization object {:#x}: no such object",
+               obj.id);
+    o = std::move(it->second);
+    objects_.erase(it);
+  }
+  Outbox out;
+  {
+    MutexLock ol(o->mu);
+    // Callers still deferred in it learn that it is gone.
+    for (auto& [id, w] : o->pending) {
+      if (w.local != nullptr) {
+        w.local->done.complete(Status::not_found(fmt::format(
+            "synchronization object {:#x} was destroyed while this call waited", obj.id)));
+      } else {
+        Status s = comm_.reply_error(
+            w.to,
+            Status::not_found(fmt::format(
+                "synchronization object {:#x} was destroyed while this call waited", obj.id)));
+        (void)s;  // a failed peer stops the job anyway
+      }
+    }
+    o->pending.clear();
+  }
+  classes()[o->cls].destroy(o->state);
+}
+
+Status ObjectService::on_destroy(comm::Incoming& in) {
+  ByteReader r(in.payload());
+  uint64_t id;
+  if (!r.u64(&id) || !has_tag(id, kObjectTag) || r.left() != 0)
+    return Status::malformed("object.destroy: bad format");
+  if (find(id) == nullptr)
+    return comm_.reply_error(
+        in.reply_to(), Status::not_found(fmt::format(
+                           "synchronization object {:#x}: no such object at node {}", id, me_)));
+  uint32_t cls;
+  {
+    MutexLock l(mu_);
+    cls = objects_.at(id)->cls;
+  }
+  destroy(ObjectRef{id, me_, cls});
+  return comm_.reply(in.reply_to(), std::span<const std::byte>());
+}
+
+std::vector<std::byte> ObjectService::call(const ObjectRef& obj, uint32_t op,
+                                           std::span<const std::byte> arg) {
+  const Attr attr = operation_attr(obj.cls, op);
+  LOOM_CHECK(obj.home < nodes_, "synchronization object {:#x}: home {} in a {}-node job", obj.id,
+             obj.home, nodes_);
+  // Releasing calls end this node's interval first: its writes reach their homes, and its
+  // notices name them.
+  if (releases(attr)) consistency_.release(protocols::ReleaseKind::kLock);
+  counters_.calls.fetch_add(1, std::memory_order_relaxed);
+  const int64_t t0 = comm::now_ns();
+  std::vector<std::byte> result;
+  if (obj.home == me_) {
+    counters_.calls_local.fetch_add(1, std::memory_order_relaxed);
+    Object* o = find(obj.id);
+    LOOM_CHECK(o != nullptr,
+               "synchronization object {:#x}: no such object at node {} (destroyed, or never "
+               "created)",
+               obj.id, me_);
+    LocalWaiter lw;
+    Waiting w;
+    w.local = &lw;
+    w.attr = attr;
+    w.caller_vt = consistency_.vector_time();
+    Outbox out;
+    run(*o, obj.id, op, arg, std::move(w), me_, out);
+    flush(out);
+    const Status& s = comm_.wait(lw.done);
+    LOOM_CHECK(s.is_ok(), "calling operation {} of synchronization object {:#x}: {}", op, obj.id,
+               s.to_string());
+    result = std::move(lw.result);
+  } else {
+    std::vector<std::byte> payload;
+    ByteWriter w(&payload);
+    w.u64(obj.id);
+    w.u32(obj.cls);
+    w.u32(op);
+    w.u32(static_cast<uint32_t>(attr));
+    // note: the vector time before the notices, so that the notices cover it.
+    protocols::hlrc::write_vt(w, consistency_.vector_time());
+    if (releases(attr)) {
+      VectorTime est;
+      {
+        MutexLock l(mu_);
+        est = home_vt_[obj.home];
+      }
+      consistency_.write_notices_for(est, w);
+    } else {
+      w.u32(0);
+    }
+    w.u32(static_cast<uint32_t>(arg.size()));
+    w.bytes(arg);
+    Result<comm::Buffer> r = comm_.call(obj.home, msg::kObjectCall, payload);
+    LOOM_CHECK(r.is_ok(), "calling operation {} of synchronization object {:#x} at node {}: {}", op,
+               obj.id, obj.home, r.status().to_string());
+    ByteReader in(r->span());
+    Result<VectorTime> home_vt = protocols::hlrc::read_vt(in, nodes_);
+    LOOM_CHECK(home_vt.is_ok(), "reply of synchronization object {:#x}: {}", obj.id,
+               home_vt.status().to_string());
+    Status stored = consistency_.store_notices(in);
+    uint32_t len = 0;
+    std::span<const std::byte> bytes;
+    LOOM_CHECK(stored.is_ok() && in.u32(&len) && in.bytes(len, &bytes) && in.left() == 0,
+               "malformed reply of synchronization object {:#x} from node {}: {}", obj.id, obj.home,
+               stored.is_ok() ? "bad result length" : stored.to_string());
+    result = copy_of(bytes);
+    MutexLock l(mu_);
+    merge(home_vt_[obj.home], *home_vt);
+  }
+  counters_.wait_ns.fetch_add(comm::now_ns() - t0, std::memory_order_relaxed);
+  if (acquires(attr)) consistency_.acquire();
+  return result;
+}
+
+Status ObjectService::on_call(comm::Incoming& in) {
+  ByteReader r(in.payload());
+  uint64_t id;
+  uint32_t cls, op, attr_bits;
+  if (!r.u64(&id) || !has_tag(id, kObjectTag) || !r.u32(&cls) || !r.u32(&op) ||
+      !r.u32(&attr_bits) || attr_bits > static_cast<uint32_t>(Attr::kAcquireRelease))
+    return Status::malformed("object.call: bad header");
+  Result<VectorTime> vt = protocols::hlrc::read_vt(r, nodes_);
+  if (!vt) return vt.status();
+  // Store the caller's notices before anything can read the object's view.
+  if (Status s = consistency_.store_notices(r); !s) return s;
+  uint32_t len;
+  std::span<const std::byte> arg;
+  if (!r.u32(&len) || !r.bytes(len, &arg) || r.left() != 0)
+    return Status::malformed("object.call: bad argument length");
+  Object* o = find(id);
+  const auto attr = static_cast<Attr>(attr_bits);
+  if (o == nullptr || o->cls != cls || op >= classes()[cls].ops.size() ||
+      classes()[cls].ops[op].attr != attr) {
+    return comm_.reply_error(
+        in.reply_to(),
+        Status::not_found(
+            o == nullptr
+                ? fmt::format("no such object at node {} (destroyed, or never created)", me_)
+                : fmt::format("node {} has no operation {} with attribute {} in class {}", me_, op,
+                              attr_name(attr), cls)));
+  }
+  Waiting w;
+  w.to = in.reply_to();
+  w.attr = attr;
+  w.caller_vt = std::move(*vt);
+  Outbox out;
+  run(*o, id, op, arg, std::move(w), in.src(), out);
+  flush(out);
+  return Status::ok();
+}
+
+void ObjectService::run(Object& o, uint64_t id, uint32_t op, std::span<const std::byte> arg,
+                        Waiting w, comm::NodeId caller, Outbox& out) {
+  const ClassDef& c = classes()[o.cls];
+  MutexLock l(o.mu);
+  if (w.attr == Attr::kRelease || w.attr == Attr::kReleaseAcquire) merge(o.view, w.caller_vt);
+  Call call(*this, o, std::move(w), caller, out);
+  c.ops[op].fn(o.state, arg, call);
+  counters_.operations.fetch_add(1, std::memory_order_relaxed);
+  LOOM_CHECK(call.answered_,
+             "synchronization object {:#x}: operation {} of class {} returned without replying "
+             "or deferring its call",
+             id, c.ops[op].name, c.name);
+}
+
+void ObjectService::answer(Object& o, const Waiting& w, std::span<const std::byte> result,
+                           Outbox& out) {
+  if (w.local != nullptr) {
+    out.local.emplace_back(w.local, copy_of(result));
+  } else {
+    std::vector<std::byte> payload;
+    ByteWriter bw(&payload);
+    protocols::hlrc::write_vt(bw, consistency_.vector_time());
+    if (acquires(w.attr)) {
+      consistency_.write_notices_for(w.caller_vt, bw);
+      counters_.views_sent.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      bw.u32(0);
+    }
+    bw.u32(static_cast<uint32_t>(result.size()));
+    bw.bytes(result);
+    out.remote.emplace_back(w.to, std::move(payload));
+  }
+  // acquire_release: the caller's writes join the object's view once it has been answered.
+  if (w.attr == Attr::kAcquireRelease) merge(o.view, w.caller_vt);
+}
+
+void ObjectService::flush(Outbox& out) {
+  for (auto& [lw, bytes] : out.local) {
+    lw->result = std::move(bytes);
+    lw->done.complete(Status::ok());
+  }
+  for (auto& [to, bytes] : out.remote) {
+    Status s = comm_.reply(to, bytes);
+    LOOM_CHECK(s.is_ok(), "answering a synchronization object call of node {}: {}", to.node,
+               s.to_string());
+  }
+}
+
+}  // namespace loom::sync
