@@ -3,7 +3,7 @@
 // threads on each node.
 //
 //   mandelbrot [--region X0,X1,Y0,Y1] [--width 720] [--height 480] [--iters 256]
-//              [--min-block 16] [--balance-every 8] [--sync semaphores] [--mode seq|loom]
+//              [--min-block 16] [--balance-every 8] [--sync semaphores|pool] [--mode seq|loom]
 //              [--threads T] [--reps R] [--json]
 //   loomrun -n N build/bench/mandelbrot --mode loom [--threads T] ...
 // The defaults are the thesis's problem: 720 x 480 points of x = [-2, -1.25], y = [0.5, 1.25],
@@ -44,8 +44,15 @@
 //
 // `empty` is a lock, a condition variable and a counter in shared memory (loom_pm_sem_t of
 // loom/parmacs.h: P waits on the condition while the counter is 0, V increments it and
-// signals), because Loom has no native semaphore yet. Issue 7 adds synchronization objects: a
-// native semaphore, and the thesis's second method, the `Pool` object (--sync pool then).
+// signals), as a program written against locks and condition variables would build it.
+//
+// The thesis's second method (--sync pool): the same loop, but the control information lives in
+// a synchronization object, `Pool` (loom/sync_object.hpp; thesis Appendix A), homed at node 0. A
+// visit is a GetAction call (acquire) that tells the object how many blocks the thread holds and
+// gets back how many to take from or put into the global pool (still in shared memory), then, if
+// it moved blocks, a Done call (release). Sleeping is the object deferring its answer; the end is
+// the object answering every sleeper with "stop". No lock, no condition variable, and no page of
+// control information moving between nodes.
 // Loom mode: node 0 allocates the image (first touch), and the global pool, the control
 // information and the semaphore each on a page of its own, all three on node 0 (the thesis: "the
 // page owner of the control information and the global pool resides in the same processor").
@@ -94,6 +101,7 @@
 #include "base/config.h"
 #include "loom/loom.hpp"
 #include "loom/parmacs.h"
+#include "loom/sync_object.hpp"
 #endif
 
 namespace loom::bench {
@@ -284,8 +292,6 @@ struct LoomPoolSync {
 // --sync semaphores: the thread's side of the global pool. `local` is its local pool (newest
 // blocks at the back); `pixels` and `blocks` its work since its last visit. Returns false when the
 // computation has ended.
-// note: a future --sync pool replaces this function by one that asks the Pool object
-// (GetAction/Done); the rest of the thread's loop stays.
 template <typename PoolSync>
 bool visit_pool(const PoolData& d, size_t g, size_t p, PoolSync& sync, std::deque<Block>* local,
                 int64_t* pixels, int64_t* blocks) {
@@ -346,11 +352,28 @@ bool visit_pool(const PoolData& d, size_t g, size_t p, PoolSync& sync, std::dequ
   return true;
 }
 
+// --sync semaphores: the global pool's control information in shared memory, visit_pool.
+template <typename PoolSync>
+struct SemaphorePool {
+  PoolSync sync;
+  void reset(const Args& args, const PoolData& d, size_t p) { reset_pool(args, d, p); }
+  bool visit(const PoolData& d, size_t g, size_t p, std::deque<Block>* local, int64_t* pixels,
+             int64_t* blocks) {
+    return visit_pool(d, g, p, sync, local, pixels, blocks);
+  }
+  // Thread 0 after the repetition's last barrier: the pixels and blocks of all threads.
+  void totals(const PoolData& d, int64_t* pixels, int64_t* blocks) {
+    // note: after the barrier every thread's additions to the control page are visible.
+    *pixels = d.control->pixels;
+    *blocks = d.control->blocks;
+  }
+};
+
 // The loop of one thread for one repetition: blocks from the local pool, a visit to the global
 // pool every --balance-every blocks or when the local pool is empty.
-template <typename PoolSync>
+template <typename Pool>
 void compute(const Args& args, const Plane& plane, const PoolData& d, size_t g, size_t p,
-             PoolSync& sync) {
+             Pool& pool) {
   std::deque<Block> local;
   int64_t pixels = 0, blocks = 0;
   int since_visit = 0;
@@ -364,7 +387,7 @@ void compute(const Args& args, const Plane& plane, const PoolData& d, size_t g, 
       continue;
     }
     since_visit = 0;
-    if (!visit_pool(d, g, p, sync, &local, &pixels, &blocks)) return;
+    if (!pool.visit(d, g, p, &local, &pixels, &blocks)) return;
   }
 }
 
@@ -375,21 +398,20 @@ struct Sent {
 
 // The body of global thread `g` of `p`; `first_on_node` takes the node's counters. Thread 0
 // fills *report.
-template <typename PoolSync, typename BarrierSync, typename Counters>
+template <typename Pool, typename BarrierSync, typename Counters>
 void run_thread(const Args& args, const PoolData& d, size_t g, size_t p, bool first_on_node,
-                PoolSync pool_sync, BarrierSync barrier, Counters counters, Sent* sent,
-                Report* report) {
+                Pool pool, BarrierSync barrier, Counters counters, Sent* sent, Report* report) {
   const Plane plane(args);
   const auto total_pixels = static_cast<int64_t>(args.width) * args.height;
   for (int rep = 0; rep < args.reps; ++rep) {
     // why no barrier before resetting: every thread has passed the previous repetition's last
     // barrier, after which nobody touches the pool until the barrier below.
-    if (g == 0) reset_pool(args, d, p);
+    if (g == 0) pool.reset(args, d, p);
     barrier.wait();
     const auto t0 = std::chrono::steady_clock::now();
     Sent before;
     if (first_on_node) before = counters();
-    compute(args, plane, d, g, p, pool_sync);
+    compute(args, plane, d, g, p, pool);
     barrier.wait();
     if (first_on_node) {
       const Sent after = counters();
@@ -398,9 +420,7 @@ void run_thread(const Args& args, const PoolData& d, size_t g, size_t p, bool fi
     }
     if (g == 0) {
       report->seconds.push_back(seconds_since(t0));
-      // note: after the barrier every thread's additions to the control page are visible.
-      report->pixels = d.control->pixels;
-      report->blocks = d.control->blocks;
+      pool.totals(d, &report->pixels, &report->blocks);
       if (report->pixels != total_pixels) report->wrong_pixels = report->pixels;
     }
   }
@@ -419,7 +439,8 @@ Report run_seq(const Args& args) {
   Report report;
   Sent sent;
   run_thread(
-      args, d, 0, 1, false, NoPoolSync{}, NoSync{}, [] { return Sent{}; }, &sent, &report);
+      args, d, 0, 1, false, SemaphorePool<NoPoolSync>{}, NoSync{}, [] { return Sent{}; }, &sent,
+      &report);
   return report;
 }
 
@@ -438,9 +459,190 @@ std::string default_protocol() {
   return find_config_row("PROTOCOL")->default_value;
 }
 
+// --- --sync pool: the thesis's Pool synchronization object (Appendix A) ------------------------
+
+// The object keeps the control information (blocks in the pool, the approximate total, each
+// thread's blocks, who waits) at its home; the blocks themselves stay in the global pool in
+// shared memory. A thread asks GetAction (acquire) with the blocks it holds; the answer says how
+// many blocks to take from the top of the pool (> 0) or put there (< 0), and where the top is.
+// A thread that moves blocks tells the object with Done (release) afterwards, which publishes
+// its pool writes; only one thread moves blocks at a time (the others' GetAction is deferred).
+// A thread with no block that finds the pool empty is deferred too ("sleeps") until blocks
+// arrive, or until every other thread sleeps as well: then every one is told to stop
+// (top = -1). Pixel and block counts ride along with GetAction, for the check at the end.
+struct PoolInit {
+  int32_t threads;
+  int32_t capacity;
+};
+struct PoolAsk {
+  int32_t thread;
+  int32_t blocks;                    // blocks in the thread's local pool
+  int64_t pixels_done, blocks_done;  // since its last GetAction
+};
+struct PoolAction {
+  int32_t blocks;  // > 0: take that many from the top; < 0: put that many; 0: neither
+  int32_t top;     // the top before the move; -1: the computation has ended
+};
+struct PoolTotals {
+  int64_t pixels, blocks;
+};
+
+class PoolState {
+ public:
+  explicit PoolState(const PoolInit& init)
+      : threads_(init.threads), capacity_(init.capacity), held_(init.threads, 0) {}
+
+  // Init (no attribute): the pool holds `blocks` blocks again; the tallies restart.
+  nothing init(int32_t blocks) {
+    top_ = jobs_ = blocks;
+    std::fill(held_.begin(), held_.end(), 0);
+    in_use_ = false;
+    pixels_ = blocks_done_ = 0;
+    return {};
+  }
+
+  void get_action(const PoolAsk& ask, loom::sync_call<PoolAction>& call) {
+    pixels_ += ask.pixels_done;
+    blocks_done_ += ask.blocks_done;
+    jobs_ += ask.blocks - held_[ask.thread];
+    held_[ask.thread] = ask.blocks;
+    const loom::deferred<PoolAction> me = call.defer();  // answered below or later
+    if (ask.blocks == 0 && top_ == 0) {
+      check_termination(ask.thread, me, call);
+      return;
+    }
+    distribute(ask.thread, ask.blocks, me, call);
+  }
+
+  // Done (release): the thread finished moving blocks; let the next one in.
+  nothing done(loom::sync_call<nothing>& call) {
+    in_use_ = false;
+    if (top_ > 0 && !sleeping_.empty()) {
+      const Waiting w = sleeping_.front();
+      sleeping_.pop_front();
+      distribute(w.thread, 0, w.call, call);
+      return {};
+    }
+    for (size_t n = queued_.size(); n > 0; --n) {
+      const Waiting w = queued_.front();
+      queued_.pop_front();
+      if (w.blocks > 0 || top_ > 0) {
+        distribute(w.thread, w.blocks, w.call, call);
+        if (in_use_) return {};  // that thread moves blocks now
+      } else {
+        check_termination(w.thread, w.call, call);
+      }
+    }
+    return {};
+  }
+
+  PoolTotals totals() const { return {pixels_, blocks_done_}; }
+
+ private:
+  struct Waiting {
+    loom::deferred<PoolAction> call;
+    int32_t thread, blocks;
+  };
+
+  // The thesis's DistribJobs: the thread's share is jobs / threads (at least 1 while blocks
+  // remain); it takes what it lacks from the pool or puts its excess there.
+  template <typename Call>
+  void distribute(int32_t thread, int32_t blocks, loom::deferred<PoolAction> w, Call& call) {
+    int32_t quota = jobs_ / threads_;
+    if (quota == 0 && jobs_ > 0) quota = 1;
+    if (blocks < quota) {
+      quota = std::min(quota - blocks, top_);
+    } else {
+      quota = -std::min(blocks - quota, capacity_ - top_);
+    }
+    if (quota != 0) {
+      if (in_use_) {  // another thread is moving blocks: wait for its Done
+        queued_.push_back({w, thread, blocks});
+        return;
+      }
+      in_use_ = true;
+    }
+    const PoolAction action{quota, top_};
+    top_ -= quota;
+    held_[thread] = blocks + quota;
+    call.reply_to(w, action);
+  }
+
+  // A thread with no block and an empty pool sleeps, unless every other thread already does:
+  // then nothing is left anywhere and every thread stops.
+  template <typename Call>
+  void check_termination(int32_t thread, loom::deferred<PoolAction> w, Call& call) {
+    if (static_cast<int32_t>(sleeping_.size()) == threads_ - 1) {
+      for (const Waiting& s : sleeping_) call.reply_to(s.call, PoolAction{0, -1});
+      sleeping_.clear();
+      call.reply_to(w, PoolAction{0, -1});
+      return;
+    }
+    sleeping_.push_back({w, thread, 0});
+  }
+
+  const int32_t threads_, capacity_;
+  std::vector<int32_t> held_;     // each thread's blocks at its last GetAction (proc_jobs)
+  int32_t top_ = 0;               // blocks in the global pool
+  int32_t jobs_ = 0;              // approximate blocks in the system (num_jobs)
+  bool in_use_ = false;           // a thread is moving blocks (stack_in_use)
+  std::deque<Waiting> queued_;    // GetAction calls waiting for in_use_ (the thesis's `mutex`)
+  std::deque<Waiting> sleeping_;  // threads with nothing to do (the thesis's `empty`)
+  int64_t pixels_ = 0, blocks_done_ = 0;
+};
+
+loom::sync_class<PoolState, PoolInit> pool_class("mandelbrot.pool");
+const auto pool_init = pool_class.op<int32_t, nothing>(
+    "Init", loom::sync_attr::none, [](PoolState& s, const int32_t& n) { return s.init(n); });
+const auto pool_get_action = pool_class.deferrable_op<PoolAsk, PoolAction>(
+    "GetAction", loom::sync_attr::acquire,
+    [](PoolState& s, const PoolAsk& ask, loom::sync_call<PoolAction>& call) {
+      s.get_action(ask, call);
+    });
+const auto pool_done = pool_class.deferrable_op<nothing, nothing>(
+    "Done", loom::sync_attr::release,
+    [](PoolState& s, const nothing&, loom::sync_call<nothing>& call) { call.reply(s.done(call)); });
+const auto pool_totals = pool_class.op<nothing, PoolTotals>(
+    "Totals", loom::sync_attr::none, [](PoolState& s, const nothing&) { return s.totals(); });
+
+// --sync pool: the thread's side.
+struct ObjectPool {
+  loom::sync_object<PoolState> object;
+  void reset(const Args& args, const PoolData& d, size_t p) {
+    reset_pool(args, d, p);  // the initial grid into the global pool (shared memory)
+    (void)pool_init(object, static_cast<int32_t>(d.control->top));
+  }
+  bool visit(const PoolData& d, size_t g, size_t p, std::deque<Block>* local, int64_t* pixels,
+             int64_t* blocks) {
+    (void)p;
+    const PoolAction a = pool_get_action(
+        object,
+        PoolAsk{static_cast<int32_t>(g), static_cast<int32_t>(local->size()), *pixels, *blocks});
+    *pixels = *blocks = 0;
+    if (a.top < 0) return false;
+    if (a.blocks > 0) {
+      for (int32_t k = 1; k <= a.blocks; ++k) local->push_back(d.pool[a.top - k]);
+    } else if (a.blocks < 0) {
+      // Give away the oldest blocks: the largest, so the most work per move.
+      for (int32_t k = 0; k < -a.blocks; ++k) {
+        d.pool[a.top + k] = local->front();
+        local->pop_front();
+      }
+    }
+    if (a.blocks != 0) (void)pool_done(object, nothing{});
+    return true;
+  }
+  void totals(const PoolData&, int64_t* pixels, int64_t* blocks) {
+    const PoolTotals t = pool_totals(object, nothing{});
+    *pixels = t.pixels;
+    *blocks = t.blocks;
+  }
+};
+
 // What node 0 creates and every node uses.
 struct MandelShared {
   PoolData data;
+  loom::sync_object<PoolState> pool_object;
   loom_pm_sem_t* empty;
   Sent* sent;  // [nodes]: each node's counters, for node 0 to add up
   loom::mutex mutex;
@@ -466,7 +668,13 @@ LoomResult<Report> run_loom(const Args& args, int* argc, char*** argv) {
     loom_pm_sem_init(empty, 0);
     auto* sent = loom::alloc_array<Sent>(static_cast<size_t>(result.nodes));
     header = new (loom::alloc(sizeof(MandelShared)))
-        MandelShared{d, empty, sent, loom::mutex(), loom::barrier(static_cast<uint32_t>(p))};
+        MandelShared{d,
+                     pool_class.create(
+                         0, PoolInit{static_cast<int32_t>(p), static_cast<int32_t>(kPoolCapacity)}),
+                     empty,
+                     sent,
+                     loom::mutex(),
+                     loom::barrier(static_cast<uint32_t>(p))};
   }
   // note: the other nodes read *header right after this; broadcast_ptr orders memory like a
   // barrier (loom.hpp). The mutex and the barrier are created once, by node 0, and copied.
@@ -475,8 +683,14 @@ LoomResult<Report> run_loom(const Args& args, int* argc, char*** argv) {
 
   Sent sent;
   run_node_threads(job, [&](size_t g, size_t t) {
-    run_thread(args, shared.data, g, p, t == 0, LoomPoolSync{shared.mutex, shared.empty},
-               LoomSync{shared.barrier}, node_counters, &sent, &result.report);
+    if (args.sync == "pool") {
+      run_thread(args, shared.data, g, p, t == 0, ObjectPool{shared.pool_object},
+                 LoomSync{shared.barrier}, node_counters, &sent, &result.report);
+    } else {
+      run_thread(args, shared.data, g, p, t == 0,
+                 SemaphorePool<LoomPoolSync>{LoomPoolSync{shared.mutex, shared.empty}},
+                 LoomSync{shared.barrier}, node_counters, &sent, &result.report);
+    }
   });
   shared.sent[node] = sent;
   // Orders the writes above before node 0's reads below, like a barrier.
@@ -493,6 +707,7 @@ LoomResult<Report> run_loom(const Args& args, int* argc, char*** argv) {
     loom::free(shared.data.pool);
     loom::free(shared.data.control);
     loom::free(shared.empty);
+    shared.pool_object.destroy();
     loom::free(shared.sent);
     loom::free(header);
   }
@@ -518,9 +733,10 @@ void parse(int argc, char** argv, Args* args, CLI::App* app) {
   app->add_option("--balance-every", args->balance_every,
                   "blocks a thread works on between two visits to the global pool")
       ->check(CLI::Range(1, 1 << 20));
-  // Issue 7 adds "pool": the thesis's Pool synchronization object.
-  app->add_option("--sync", args->sync, "how threads share the pool: semaphores (mutex + empty)")
-      ->check(CLI::IsMember({"semaphores"}));
+  app->add_option("--sync", args->sync,
+                  "how threads share the pool: semaphores (mutex + empty) or pool (the Pool "
+                  "synchronization object)")
+      ->check(CLI::IsMember({"semaphores", "pool"}));
   app->add_option("--mode", args->mode, "seq or loom")->check(CLI::IsMember({"seq", "loom"}));
   app->add_option("--threads", args->threads, "threads per node (loom mode)")
       ->check(CLI::Range(1, 1024));

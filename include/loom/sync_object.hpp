@@ -123,7 +123,7 @@ class sync_object {
   int home() const { return static_cast<int>(ref_.home); }
   uint64_t id() const { return ref_.id; }
   // Destroys the object (from any node); callers still waiting in it stop with an error.
-  void destroy() { detail::sync_destroy(ref_); }
+  void destroy() const { detail::sync_destroy(ref_); }
 
  private:
   template <class, class>
