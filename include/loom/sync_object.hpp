@@ -42,6 +42,8 @@
 #include <new>
 #include <type_traits>
 
+#include "loom/loom.hpp"
+
 namespace loom {
 
 enum class sync_attr : uint32_t {
@@ -77,6 +79,12 @@ void sync_reply_to(void* call, uint64_t pending, const void* result, size_t size
 int sync_caller(void* call);
 // Stops the job: an operation's argument had the wrong size.
 [[noreturn]] void sync_bad_argument(size_t got, size_t want);
+// The built-in semaphore and condition variable.
+sync_ref sync_semaphore_create(int64_t initial, int home);
+void sync_semaphore_op(const sync_ref& ref, bool v, int64_t k);
+sync_ref sync_condition_create(int home);
+void sync_condition_wait(const sync_ref& ref, mutex& m);
+void sync_condition_wake(const sync_ref& ref, bool all);
 }  // namespace detail
 
 // A caller left waiting by a deferrable operation, whose result has type R.
@@ -230,6 +238,45 @@ class sync_class {
   }
 
   uint32_t id_;
+};
+
+// A counting semaphore, an object at its home node (a handle: copies, also through shared memory,
+// name the same semaphore). P(k) waits until k units are there and takes them (first come,
+// first served); it is an acquire. V(k) adds k; it is a release: what the V-ing thread wrote
+// before is visible to the thread whose P it satisfies.
+class semaphore {
+ public:
+  semaphore() = default;  // names no semaphore
+  // Creates one with `initial` units at node `home` (-1: this node).
+  explicit semaphore(int64_t initial, int home = -1)
+      : ref_(detail::sync_semaphore_create(initial, home)) {}
+  void P(int64_t k = 1) const { detail::sync_semaphore_op(ref_, false, k); }
+  void V(int64_t k = 1) const { detail::sync_semaphore_op(ref_, true, k); }
+  void destroy() const { detail::sync_destroy(ref_); }
+  int home() const { return static_cast<int>(ref_.home); }
+
+ private:
+  detail::sync_ref ref_;
+};
+
+// A condition variable used with a loom::mutex, an object at its home node. wait(m) (m held)
+// releases m, sleeps until signalled and takes m again; the wake-up is an acquire. signal() wakes
+// the oldest waiter, broadcast() every waiter; both are releases. No wake-up is lost: a waiter is
+// registered before it releases m, so a signal made under m after that finds it. Wake-ups are
+// not spurious, but as with any condition variable the caller re-checks its condition (another
+// thread may have taken the lock first).
+class condition {
+ public:
+  condition() = default;  // names no condition
+  // Creates one at node `home` (-1: this node).
+  explicit condition(int home) : ref_(detail::sync_condition_create(home)) {}
+  void wait(mutex& m) const { detail::sync_condition_wait(ref_, m); }
+  void signal() const { detail::sync_condition_wake(ref_, false); }
+  void broadcast() const { detail::sync_condition_wake(ref_, true); }
+  void destroy() const { detail::sync_destroy(ref_); }
+
+ private:
+  detail::sync_ref ref_;
 };
 
 }  // namespace loom

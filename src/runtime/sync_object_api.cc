@@ -108,4 +108,60 @@ void sync_bad_argument(size_t got, size_t want) {
                   got, want));
 }
 
+namespace {
+comm::NodeId home_or_here(int home, const char* caller) {
+  if (home == -1) return static_cast<comm::NodeId>(node_id());
+  if (home < 0 || home >= num_nodes())
+    misuse(fmt::format("{}: home node {} is not in this {}-node job", caller, home, num_nodes()));
+  return static_cast<comm::NodeId>(home);
+}
+sync_ref to_ref(const sync::ObjectRef& r) { return {r.id, r.home, r.cls}; }
+sync::ObjectRef from_ref(const sync_ref& r) { return {r.id, r.home, r.cls}; }
+void check_builtin(const sync_ref& ref, uint32_t cls, const char* caller) {
+  check_ref(ref, caller);
+  if (ref.cls != cls)
+    misuse(fmt::format("{}: the handle names an object of another class ({})", caller, ref.cls));
+}
+}  // namespace
+
+sync_ref sync_semaphore_create(int64_t initial, int home) {
+  runtime::Runtime& r = rt("loom::semaphore");
+  if (initial < 0) misuse(fmt::format("loom::semaphore({}): a negative initial count", initial));
+  return to_ref(r.objects().create(sync::kSemaphoreClass, home_or_here(home, "loom::semaphore"),
+                                   bytes(&initial, sizeof initial)));
+}
+
+void sync_semaphore_op(const sync_ref& ref, bool v, int64_t k) {
+  const char* name = v ? "loom::semaphore::V" : "loom::semaphore::P";
+  runtime::Runtime& r = rt(name);
+  check_builtin(ref, sync::kSemaphoreClass, name);
+  if (k <= 0) misuse(fmt::format("{}({}): the count must be positive", name, k));
+  (void)r.objects().call(from_ref(ref), v ? sync::kSemaphoreV : sync::kSemaphoreP,
+                         bytes(&k, sizeof k));
+}
+
+sync_ref sync_condition_create(int home) {
+  runtime::Runtime& r = rt("loom::condition");
+  return to_ref(
+      r.objects().create(sync::kConditionClass, home_or_here(home, "loom::condition"), {}));
+}
+
+void sync_condition_wait(const sync_ref& ref, mutex& m) {
+  runtime::Runtime& r = rt("loom::condition::wait");
+  check_builtin(ref, sync::kConditionClass, "loom::condition::wait");
+  // The ticket is taken while m is held: a signal made under m afterwards finds it.
+  std::vector<std::byte> t = r.objects().call(from_ref(ref), sync::kConditionEnqueue, {});
+  m.unlock();
+  (void)r.objects().call(from_ref(ref), sync::kConditionAwait, t);
+  m.lock();
+}
+
+void sync_condition_wake(const sync_ref& ref, bool all) {
+  const char* name = all ? "loom::condition::broadcast" : "loom::condition::signal";
+  runtime::Runtime& r = rt(name);
+  check_builtin(ref, sync::kConditionClass, name);
+  (void)r.objects().call(from_ref(ref), all ? sync::kConditionBroadcast : sync::kConditionSignal,
+                         {});
+}
+
 }  // namespace loom::detail

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <deque>
 
 #include "base/log.h"
@@ -28,9 +29,15 @@ struct ClassDef {
   std::vector<OperationDef> ops;
 };
 
-// note: a deque, so that references to a class stay valid while later ones register.
+void add_builtins(std::deque<ClassDef>& list);
+
+// note: a deque, so that references to a class stay valid while later ones register. The
+// built-in classes come first, so they have the same ids on every node whatever the program
+// registers.
 std::deque<ClassDef>& classes() {
   static std::deque<ClassDef> list;
+  static const bool builtins = (add_builtins(list), true);
+  (void)builtins;
   return list;
 }
 
@@ -59,6 +66,125 @@ void merge(VectorTime& into, const VectorTime& from) {
 }
 
 std::vector<std::byte> copy_of(std::span<const std::byte> b) { return {b.begin(), b.end()}; }
+
+// --- Built-in classes ---------------------------------------------------------------------------
+
+template <typename T>
+T read_value(std::span<const std::byte> b) {
+  T v{};
+  LOOM_CHECK(b.size() == sizeof(T),
+             "built-in synchronization object: argument of {} bytes, "
+             "expected {}",
+             b.size(), sizeof(T));
+  std::memcpy(&v, b.data(), sizeof(T));
+  return v;
+}
+template <typename T>
+std::span<const std::byte> bytes_of(const T& v) {
+  return std::as_bytes(std::span<const T, 1>(&v, 1));
+}
+
+// A counting semaphore: P(k) takes k (waiting, first come first served, until there are k),
+// V(k) adds k and answers the waiters it now satisfies in order.
+struct Semaphore {
+  int64_t count = 0;
+  std::deque<std::pair<PendingId, int64_t>> waiting;  // P calls and their k, in arrival order
+
+  void p(int64_t k, Call& call) {
+    if (waiting.empty() && count >= k) {
+      count -= k;
+      call.reply({});
+      return;
+    }
+    waiting.emplace_back(call.defer(), k);
+  }
+  void v(int64_t k, Call& call) {
+    count += k;
+    while (!waiting.empty() && waiting.front().second <= count) {
+      count -= waiting.front().second;
+      call.reply_to(waiting.front().first, {});
+      waiting.pop_front();
+    }
+    call.reply({});
+  }
+};
+
+// A condition variable used with a Loom lock, without lost wake-ups: a waiter takes a ticket
+// (enqueue) while it holds the lock, releases the lock, and then waits for its ticket (await);
+// a signal (which callers make with the lock held, or after changing the condition under it)
+// wakes the oldest ticket, a broadcast every ticket taken so far. A ticket signalled before its
+// await is answered at once.
+struct Condition {
+  uint64_t next_ticket = 1;
+  std::deque<uint64_t> waiting;                    // tickets not yet signalled, in order
+  std::unordered_map<uint64_t, PendingId> parked;  // awaited, not yet signalled
+  std::unordered_map<uint64_t, bool> signalled;    // signalled, not yet awaited
+
+  void enqueue(Call& call) {
+    const uint64_t t = next_ticket++;
+    waiting.push_back(t);
+    call.reply(bytes_of(t));
+  }
+  void await(uint64_t t, Call& call) {
+    if (signalled.erase(t) != 0) {
+      call.reply({});
+      return;
+    }
+    LOOM_CHECK(t < next_ticket, "condition: await of ticket {}, never handed out", t);
+    parked.emplace(t, call.defer());
+  }
+  void wake(Call& call, bool all) {
+    while (!waiting.empty()) {
+      const uint64_t t = waiting.front();
+      waiting.pop_front();
+      auto it = parked.find(t);
+      if (it != parked.end()) {
+        call.reply_to(it->second, {});
+        parked.erase(it);
+      } else {
+        signalled.emplace(t, true);
+      }
+      if (!all) break;
+    }
+    call.reply({});
+  }
+};
+
+void add_builtins(std::deque<ClassDef>& list) {
+  list.push_back({"loom.semaphore",
+                  [](std::span<const std::byte> init) -> void* {
+                    auto* s = new Semaphore();
+                    if (!init.empty()) s->count = read_value<int64_t>(init);
+                    return s;
+                  },
+                  [](void* state) { delete static_cast<Semaphore*>(state); },
+                  {{"P", Attr::kAcquire,
+                    [](void* st, std::span<const std::byte> arg, Call& call) {
+                      static_cast<Semaphore*>(st)->p(read_value<int64_t>(arg), call);
+                    }},
+                   {"V", Attr::kRelease, [](void* st, std::span<const std::byte> arg, Call& call) {
+                      static_cast<Semaphore*>(st)->v(read_value<int64_t>(arg), call);
+                    }}}});
+  list.push_back(
+      {"loom.condition",
+       [](std::span<const std::byte>) -> void* { return new Condition(); },
+       [](void* state) { delete static_cast<Condition*>(state); },
+       {{"enqueue", Attr::kNone,
+         [](void* st, std::span<const std::byte>, Call& call) {
+           static_cast<Condition*>(st)->enqueue(call);
+         }},
+        {"await", Attr::kAcquire,
+         [](void* st, std::span<const std::byte> arg, Call& call) {
+           static_cast<Condition*>(st)->await(read_value<uint64_t>(arg), call);
+         }},
+        {"signal", Attr::kRelease,
+         [](void* st, std::span<const std::byte>, Call& call) {
+           static_cast<Condition*>(st)->wake(call, false);
+         }},
+        {"broadcast", Attr::kRelease, [](void* st, std::span<const std::byte>, Call& call) {
+           static_cast<Condition*>(st)->wake(call, true);
+         }}}});
+}
 
 }  // namespace
 

@@ -103,6 +103,17 @@ Attr operation_attr(uint32_t cls, uint32_t op);
 // How many classes are registered.
 uint32_t num_classes();
 
+// Built-in classes (always the first ids): a counting semaphore (initial count: an int64 at
+// create; P(int64 k): acquire, waits first come first served until k are there; V(int64 k):
+// release) and a condition variable used with a lock (enqueue: none, returns a u64 ticket, called
+// with the lock held; await(ticket): acquire, waits until the ticket is signalled; signal and
+// broadcast: release).
+inline constexpr uint32_t kSemaphoreClass = 0;
+inline constexpr uint32_t kSemaphoreP = 0, kSemaphoreV = 1;
+inline constexpr uint32_t kConditionClass = 1;
+inline constexpr uint32_t kConditionEnqueue = 0, kConditionAwait = 1, kConditionSignal = 2,
+                          kConditionBroadcast = 3;
+
 // The handle of an object: its id, home and class (a trivially copyable value).
 struct ObjectRef {
   uint64_t id = 0;

@@ -4,6 +4,8 @@
 //   object_check buffer THREADS ITEMS   a bounded buffer with deferred put/get, data through it
 //   object_check waiters THREADS        every thread but one waits in a deferred get at once
 //   object_check everywhere THREADS N   objects homed on every node, used from every thread
+//   object_check semaphore THREADS N    a semaphore as a lock, and P(k) for k threads' V(1)
+//   object_check condition THREADS N    threads take turns in order with a condition variable
 //   object_check bad_handle             calling through a handle nobody created (must stop)
 //
 // Each mode fails with one "FAILED: node N: ..." line if what it names is broken.
@@ -12,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -363,6 +366,89 @@ int everywhere(int threads, int n) {
   return 0;
 }
 
+// A semaphore used as a lock (initial count 1, home: the last node): every thread increments a
+// shared counter (a plain read-modify-write) `n` times between P and V; then each V(1)s a second
+// semaphore that node 0 P(k)s for all of them at once. A lost P/V exclusion or a V that does not
+// release loses increments.
+struct SemShared {
+  loom::semaphore lock, finished;
+  int64_t counter;
+};
+int semaphore_check(int threads, int n) {
+  const int all = threads * mp::nodes();
+  SemShared* sh = nullptr;
+  if (mp::me() == 0) {
+    sh = static_cast<SemShared*>(loom::alloc(sizeof(SemShared)));
+    new (sh) SemShared{loom::semaphore(1, mp::nodes() - 1), loom::semaphore(0, 0), 0};
+  }
+  sh = loom::broadcast_ptr(sh, 0);
+  mp::on_threads(threads, [&](int t) {
+    for (int i = 0; i < n; ++i) {
+      sh->lock.P();
+      sh->counter = sh->counter + 1;
+      sh->lock.V();
+    }
+    if (mp::me() == 0 && t == 0) {
+      sh->finished.P(all - 1);  // every other thread's V(1)
+      mp::check(sh->counter == int64_t{all} * n,
+                "the counter holds " + std::to_string(sh->counter) + ", expected " +
+                    std::to_string(int64_t{all} * n) + " (increments lost)");
+      std::printf("semaphore: %d threads x %d P/V, P(%d) at the end, OK\n", all, n, all - 1);
+    } else {
+      sh->finished.V();
+    }
+  });
+  (void)loom::broadcast_ptr(sh, 0);
+  if (mp::me() == 0) {
+    sh->lock.destroy();
+    sh->finished.destroy();
+    loom::free(sh);
+  }
+  return 0;
+}
+
+// Turns with a condition variable: threads take turns in order of their global index, `n`
+// rounds; a thread waits (cond.wait with the mutex) until `turn` names it, then passes the turn
+// on and broadcasts. A lost wake-up hangs the job (the test's timeout fails it); a stale `log`
+// entry means the mutex taken again after the wake-up did not bring the previous turn's writes.
+struct CondShared {
+  loom::mutex m;
+  loom::condition turn_changed;
+  int64_t turn;
+  int64_t log[1];  // [rounds * threads]: who took each turn
+};
+int condition_check(int threads, int n) {
+  const int all = threads * mp::nodes();
+  CondShared* sh = nullptr;
+  if (mp::me() == 0) {
+    sh = static_cast<CondShared*>(
+        loom::alloc(sizeof(CondShared) + sizeof(int64_t) * static_cast<size_t>(all) * n));
+    new (sh) CondShared{loom::mutex(), loom::condition(mp::nodes() / 2), 0, {}};
+  }
+  sh = loom::broadcast_ptr(sh, 0);
+  mp::on_threads(threads, [&](int t) {
+    const int g = mp::me() * threads + t;
+    for (int r = 0; r < n; ++r) {
+      std::unique_lock<loom::mutex> l(sh->m);
+      while (sh->turn % all != g) sh->turn_changed.wait(sh->m);
+      if (sh->turn > 0)
+        mp::check(sh->log[sh->turn - 1] == (g + all - 1) % all,
+                  "turn " + std::to_string(sh->turn) + ": the previous turn's log entry is stale");
+      sh->log[sh->turn] = g;
+      ++sh->turn;
+      sh->turn_changed.broadcast();
+    }
+  });
+  (void)loom::broadcast_ptr(sh, 0);
+  if (mp::me() == 0) {
+    mp::check(sh->turn == int64_t{all} * n, "turns taken: " + std::to_string(sh->turn));
+    std::printf("condition: %d threads took %d turns each in order, OK\n", all, n);
+    sh->turn_changed.destroy();
+    loom::free(sh);
+  }
+  return 0;
+}
+
 int bad_handle() {
   loom::sync_object<Mailbox> nobody;  // never created
   std::printf("calling through a handle nobody created\n");
@@ -391,6 +477,10 @@ int main(int argc, char** argv) {
     rc = waiters(static_cast<int>(arg(2, 2)));
   else if (mode == "everywhere")
     rc = everywhere(static_cast<int>(arg(2, 2)), static_cast<int>(arg(3, 20)));
+  else if (mode == "semaphore")
+    rc = semaphore_check(static_cast<int>(arg(2, 2)), static_cast<int>(arg(3, 100)));
+  else if (mode == "condition")
+    rc = condition_check(static_cast<int>(arg(2, 2)), static_cast<int>(arg(3, 20)));
   else if (mode == "bad_handle")
     rc = bad_handle();
   else
