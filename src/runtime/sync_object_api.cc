@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "base/log.h"
+#include "loom/loom.h"
 #include "loom/loom.hpp"
 #include "loom/sync_object.hpp"
 #include "runtime/runtime.h"
@@ -146,14 +147,46 @@ sync_ref sync_condition_create(int home) {
       r.objects().create(sync::kConditionClass, home_or_here(home, "loom::condition"), {}));
 }
 
-void sync_condition_wait(const sync_ref& ref, mutex& m) {
-  runtime::Runtime& r = rt("loom::condition::wait");
-  check_builtin(ref, sync::kConditionClass, "loom::condition::wait");
-  // The ticket is taken while m is held: a signal made under m afterwards finds it.
+namespace {
+template <typename Unlock, typename Lock>
+void condition_wait(const sync_ref& ref, const char* name, Unlock unlock, Lock lock) {
+  runtime::Runtime& r = rt(name);
+  check_builtin(ref, sync::kConditionClass, name);
+  // The ticket is taken while the lock is held: a signal made under it afterwards finds it.
   std::vector<std::byte> t = r.objects().call(from_ref(ref), sync::kConditionEnqueue, {});
-  m.unlock();
+  unlock();
   (void)r.objects().call(from_ref(ref), sync::kConditionAwait, t);
-  m.lock();
+  lock();
+}
+}  // namespace
+
+void sync_condition_wait(const sync_ref& ref, mutex& m) {
+  condition_wait(
+      ref, "loom::condition::wait", [&m] { m.unlock(); }, [&m] { m.lock(); });
+}
+
+// The C interface's forms: a lock named by its loom_mutex_t, a result of any size up to `cap`.
+void sync_condition_wait_c(const sync_ref& ref, loom_mutex_t* m) {
+  condition_wait(
+      ref, "loom_cond_wait", [m] { loom_mutex_unlock(m); }, [m] { loom_mutex_lock(m); });
+}
+
+size_t sync_invoke_bytes(const sync_ref& ref, uint32_t op, const void* arg, size_t arg_size,
+                         void* result, size_t cap) {
+  runtime::Runtime& r = rt("loom_sync_call");
+  check_ref(ref, "loom_sync_call");
+  if (op >= sync::num_operations(ref.cls))
+    misuse(fmt::format("loom_sync_call: class {} has no operation {} (it has {})", ref.cls, op,
+                       sync::num_operations(ref.cls)));
+  std::vector<std::byte> out =
+      r.objects().call({ref.id, ref.home, ref.cls}, op, bytes(arg, arg_size));
+  if (out.size() > cap)
+    misuse(
+        fmt::format("loom_sync_call: operation {} of object {:#x} answered {} bytes, more "
+                    "than the {} the caller has room for",
+                    op, ref.id, out.size(), cap));
+  if (!out.empty()) std::memcpy(result, out.data(), out.size());
+  return out.size();
 }
 
 void sync_condition_wake(const sync_ref& ref, bool all) {
@@ -165,3 +198,85 @@ void sync_condition_wake(const sync_ref& ref, bool all) {
 }
 
 }  // namespace loom::detail
+
+// --- C interface (loom/loom.h)
+// --------------------------------------------------------------------
+
+namespace {
+loom::detail::sync_ref ref_of(const loom_sync_object_t& o) { return {o.id, o.home, o.cls}; }
+loom_sync_object_t object_of(const loom::detail::sync_ref& r) { return {r.id, r.home, r.cls}; }
+}  // namespace
+
+extern "C" {
+
+uint32_t loom_sync_class(const char* name, size_t state_size, loom_sync_init_fn init) {
+  return loom::detail::sync_register_class(
+      name,
+      [state_size, init](const void* bytes, size_t size) -> void* {
+        void* state = std::calloc(1, state_size == 0 ? 1 : state_size);
+        LOOM_CHECK(state != nullptr, "loom_sync_class: out of memory for a {}-byte state",
+                   state_size);
+        if (init != nullptr) init(state, bytes, size);
+        return state;
+      },
+      [](void* state) { std::free(state); });
+}
+
+uint32_t loom_sync_operation(uint32_t cls, const char* name, loom_sync_attr_t attr,
+                             loom_sync_op_fn fn) {
+  if (cls >= loom::sync::num_classes())
+    loom::log::die(loom::runtime::kExitConfig,
+                   fmt::format("loom_sync_operation(\"{}\"): no class {}", name, cls));
+  return loom::detail::sync_add_operation(
+      cls, name, static_cast<loom::sync_attr>(attr),
+      [fn](void* state, const void* arg, size_t size, void* call) {
+        fn(state, arg, size, static_cast<loom_sync_call_t*>(call));
+      });
+}
+
+loom_sync_object_t loom_sync_create(uint32_t cls, int home, const void* init, size_t init_size) {
+  if (home == -1 && loom::initialized()) home = loom::node_id();
+  return object_of(loom::detail::sync_create(cls, home, init, init_size));
+}
+
+void loom_sync_destroy(loom_sync_object_t obj) { loom::detail::sync_destroy(ref_of(obj)); }
+
+size_t loom_sync_call(loom_sync_object_t obj, uint32_t op, const void* arg, size_t arg_size,
+                      void* result, size_t result_cap) {
+  return loom::detail::sync_invoke_bytes(ref_of(obj), op, arg, arg_size, result, result_cap);
+}
+
+void loom_sync_reply(loom_sync_call_t* call, const void* result, size_t size) {
+  loom::detail::sync_reply(call, result, size);
+}
+uint64_t loom_sync_defer(loom_sync_call_t* call) { return loom::detail::sync_defer(call); }
+void loom_sync_reply_to(loom_sync_call_t* call, uint64_t pending, const void* result, size_t size) {
+  loom::detail::sync_reply_to(call, pending, result, size);
+}
+int loom_sync_caller(const loom_sync_call_t* call) {
+  return loom::detail::sync_caller(const_cast<loom_sync_call_t*>(call));
+}
+
+void loom_sem_init(loom_sem_t* s, int64_t initial, int home) {
+  *s = object_of(loom::detail::sync_semaphore_create(initial, home));
+}
+void loom_sem_p(const loom_sem_t* s, int64_t k) {
+  loom::detail::sync_semaphore_op(ref_of(*s), false, k);
+}
+void loom_sem_v(const loom_sem_t* s, int64_t k) {
+  loom::detail::sync_semaphore_op(ref_of(*s), true, k);
+}
+void loom_cond_init(loom_cond_t* c, int home) {
+  *c = object_of(loom::detail::sync_condition_create(home));
+}
+void loom_cond_wait(const loom_cond_t* c, loom_mutex_t* m) {
+  loom::detail::sync_condition_wait_c(ref_of(*c), m);
+}
+void loom_cond_signal(const loom_cond_t* c) {
+  loom::detail::sync_condition_wake(ref_of(*c), false);
+}
+void loom_cond_broadcast(const loom_cond_t* c) {
+  loom::detail::sync_condition_wake(ref_of(*c), true);
+}
+
+}  // extern "C"

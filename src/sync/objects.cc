@@ -224,6 +224,10 @@ Attr operation_attr(uint32_t cls, uint32_t op) {
 
 uint32_t num_classes() { return static_cast<uint32_t>(classes().size()); }
 
+uint32_t num_operations(uint32_t cls) {
+  return cls < classes().size() ? static_cast<uint32_t>(classes()[cls].ops.size()) : 0;
+}
+
 // --- Call ---------------------------------------------------------------------------------------
 
 void Call::reply(std::span<const std::byte> result) NO_THREAD_SAFETY_ANALYSIS {

@@ -100,8 +100,9 @@ uint32_t register_class(std::string name, MakeStateFn make, DestroyStateFn destr
 uint32_t add_operation(uint32_t cls, std::string name, Attr attr, OperationFn fn);
 // The attribute of operation `op` of class `cls`. REQUIRES: both exist.
 Attr operation_attr(uint32_t cls, uint32_t op);
-// How many classes are registered.
+// How many classes are registered, and how many operations class `cls` has (0 if none).
 uint32_t num_classes();
+uint32_t num_operations(uint32_t cls);
 
 // Built-in classes (always the first ids): a counting semaphore (initial count: an int64 at
 // create; P(int64 k): acquire, waits first come first served until k are there; V(int64 k):
