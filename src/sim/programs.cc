@@ -402,6 +402,41 @@ Program counter_chain() {
   return pr;
 }
 
+// The shape of dsm_check's counter: 4 nodes x 2 threads increment one lock-protected counter
+// many times, so the lock often passes between the two threads of a node without a message and
+// one node sends several diffs in a row (with home migration on, the counter's page moves from
+// home to home while it is being written).
+Program counter_migrate() {
+  constexpr int kCounterRounds = 24;
+  Program pr{"counter_migrate", 4, 2, nullptr};
+  pr.install = [](Simulation& sim, Checker& c) {
+    auto ad = std::make_shared<Addrs>();
+    for (uint32_t k = 0; k < 8; ++k) {
+      sim.spawn(k / 2, [ad, &c, k](Thread& t) {
+        // As dsm_check does: node 0 writes a header beside the counter (its lock and barrier
+        // handles), and every thread reads it before the first barrier.
+        if (k == 0) {
+          ad->a = {t.alloc(64)};
+          c.write(t, ad->a[0], 0x4c4b);
+        }
+        c.barrier(t, barrier_id(0), 8);
+        c.read(t, ad->a[0]);
+        c.barrier(t, barrier_id(0), 8);
+        uint64_t counter = ad->a[0] + 8;
+        for (int i = 0; i < kCounterRounds; ++i) {
+          c.lock(t, lock_id(0));
+          uint64_t v = c.read(t, counter);
+          c.write(t, counter, v + 1);
+          c.unlock(t, lock_id(0));
+        }
+        c.barrier(t, barrier_id(0), 8);
+        c.read(t, counter);
+      });
+    }
+  };
+  return pr;
+}
+
 }  // namespace
 
 Program random_program(uint64_t seed) {
@@ -421,8 +456,9 @@ Program random_program(uint64_t seed) {
 }
 
 const std::vector<std::string>& litmus_names() {
-  static const std::vector<std::string> names = {"mp_lock", "sb_locks", "iriw_barrier",
-                                                 "write_after_invalidate", "counter_chain"};
+  static const std::vector<std::string> names = {"mp_lock",       "sb_locks",
+                                                 "iriw_barrier",  "write_after_invalidate",
+                                                 "counter_chain", "counter_migrate"};
   return names;
 }
 
@@ -432,6 +468,7 @@ Program litmus(const std::string& name) {
   if (name == "iriw_barrier") return iriw_barrier();
   if (name == "write_after_invalidate") return write_after_invalidate();
   if (name == "counter_chain") return counter_chain();
+  if (name == "counter_migrate") return counter_migrate();
   log::fatal(fmt::format("no litmus test '{}'", name));
 }
 
@@ -444,7 +481,7 @@ const std::vector<MutantInfo>& mutants() {
       {"drop_local_writes", "a re-fetched copy loses its unreleased local writes",
        Mutant::kDropLocalWrites},
       {"move_unforwarded",
-       "a home that moves does not forward the diffs it applied while the offer was open",
+       "a home that moves does not forward the diffs it held while the offer was open",
        Mutant::kMoveUnforwarded},
       {"lrc_reverse_order", "lrc_mw applies fetched diffs in reverse happens-before order",
        Mutant::kNone, protocols::lrc::Mutant::kReverseOrder, "lrc_mw"},

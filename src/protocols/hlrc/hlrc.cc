@@ -939,9 +939,16 @@ void Hlrc::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_
   uint32_t have = e.version.get(writer);
   LOOM_CHECK(have <= prev, "diff ({}, {}) for page {} arrived twice or out of order: {}", writer,
              interval, page, dump_page(page));
-  if (have < prev) {
-    // An earlier diff of the same writer for this page is still in flight (messages from one
-    // node may be reordered): keep this one until it has been applied.
+  // An earlier diff of the same writer for this page is still in flight (messages from one node
+  // may be reordered): keep this one until it has been applied. While the page is offered to
+  // another node, keep every diff: applied on a decline, forwarded on an acceptance.
+  // why not apply them during the offer and forward copies: the master (and every copy served
+  // from it, this node's own included) would then hold diffs the new home gets only later, in a
+  // forwarded message; a diff written over such a copy can reach the new home first, and the
+  // older diff, applied after it, overwrites its bytes (a lost update: the old home reads the
+  // counter with the forwarded increment, writes the next one and sends it to the new home
+  // directly).
+  if (have < prev || e.state == st(PageState::kHomeMoving)) {
     counters_.diffs_held.fetch_add(1, std::memory_order_relaxed);
     MutexLock h(held_mu_);
     held_diffs_[page].push_back({writer, interval, prev, {diff.begin(), diff.end()}});
@@ -952,8 +959,12 @@ void Hlrc::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_
   e.version.raise(writer, interval);
   counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
   counters_.diff_bytes_applied.fetch_add(diff.size(), std::memory_order_relaxed);
-  note_applied(page, e, {writer, interval, prev, {}}, diff);
-  // Held diffs this one unblocks.
+  note_applied(page, e, {writer, interval, prev, {}});
+  apply_held_locked(page, e, ready);
+}
+
+void Hlrc::apply_held_locked(PageId page, PageEntry& e, std::vector<ReadyReply>* ready) {
+  // Held diffs that are next in their writer's order now.
   for (bool progress = true; progress;) {
     progress = false;
     HeldDiff next;
@@ -978,7 +989,7 @@ void Hlrc::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_
       e.version.raise(next.writer, next.interval);
       counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
       counters_.diff_bytes_applied.fetch_add(next.diff.size(), std::memory_order_relaxed);
-      note_applied(page, e, {next.writer, next.interval, next.prev, {}}, next.diff);
+      note_applied(page, e, {next.writer, next.interval, next.prev, {}});
     }
   }
   answer_held_locked(page, e, ready);
@@ -996,18 +1007,13 @@ void Hlrc::answer_held_locked(PageId page, PageEntry& e, std::vector<ReadyReply>
 
 // --- Home migration -------------------------------------------------------------------------
 
-void Hlrc::note_applied(PageId page, PageEntry& e, HeldDiff d, std::span<const std::byte> diff) {
+void Hlrc::note_applied(PageId page, PageEntry& e, const HeldDiff& d) {
+  (void)page;
   if (e.streak_writer == static_cast<int32_t>(d.writer)) {
     ++e.streak;
   } else {
     e.streak_writer = static_cast<int32_t>(d.writer);
     e.streak = 1;
-  }
-  if (e.state == st(PageState::kHomeMoving)) {
-    // Offered, not answered yet: the new home's copy will lack this diff.
-    d.diff.assign(diff.begin(), diff.end());
-    MutexLock h(held_mu_);
-    moving_[page].push_back(std::move(d));
   }
 }
 
@@ -1062,19 +1068,27 @@ Status Hlrc::on_home_offer(comm::Incoming& in) {
     // And only if our copy is not newer than the master: the diffs it has beyond the master were
     // applied at the old home after the offer and will come forwarded, over our later writes.
     if (!e.fetching && version.get(me_) == e.last_flush && version.covers(e.version)) {
+      // The copy is its base (the twin if it has unreleased local writes, else the copy itself,
+      // at e.version) plus those local writes. Bring in only what the master has beyond the
+      // base: the bytes other nodes wrote in intervals this copy lacks. The local writes stay in
+      // place, as a home's do; the next release announces them (the page is in the dirty list).
+      // why not install the master and re-apply the local writes on top (as fetch() does): the
+      // page may be open in the application view right now (a thread of this node holding the
+      // lock writes it), and unlike fetch() this handler does not close it first. A store that
+      // landed between the re-apply's diff and the copy of the master was overwritten by the
+      // master's older bytes: a lost update. The bytes written here are ones this node's threads
+      // do not touch without first acquiring them (a data-race-free program), so they may be
+      // written while the page is open, as a home applies diffs. (A copy without a twin is not
+      // open for writing, so it may serve as its own base.)
       std::byte* sys = space_.sys_page(page);
-      if (e.twin != nullptr) {
-        // Unreleased local writes stay, in place, as a home's do; the next release announces
-        // them (the page is in the dirty list).
-        std::vector<std::byte> local;
-        memory::diff_create(e.twin.get(), sys, &local);
-        std::memcpy(sys, data.data(), kPageBytes);
-        Status s = memory::diff_apply(local, sys);
-        LOOM_CHECK(s.is_ok(), "re-applying local writes: {}: {}", s.to_string(), dump_page(page));
-        e.twin.reset();
-      } else {
-        std::memcpy(sys, data.data(), kPageBytes);
+      const std::byte* base = e.twin != nullptr ? e.twin.get() : sys;
+      std::vector<std::byte> newer;
+      if (memory::diff_create(base, data.data(), &newer) != 0) {
+        Status s = memory::diff_apply(newer, sys);
+        LOOM_CHECK(s.is_ok(), "applying the offered master: {}: {}", s.to_string(),
+                   dump_page(page));
       }
+      e.twin.reset();
       e.home = static_cast<int32_t>(me_);
       e.home_moves = moves;
       e.version = std::move(version);
@@ -1107,36 +1121,35 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
   PageEntry& e = table_.at(a.page);
   Batches forward;
   std::vector<HeldRequest> redirect;
+  std::vector<ReadyReply> ready;
   std::vector<std::byte> moved;
   {
     MutexLock l(table_.lock_of(a.page));
     if (e.state != st(PageState::kHomeMoving) || a.moves != e.home_moves + 1)
       return Status::malformed(fmt::format("home answer for page {} (move {}) from node {}: {}",
                                            a.page, a.moves, in.src(), dump_page(a.page)));
-    std::vector<HeldDiff> applied;
-    {
+    std::vector<HeldDiff> held;
+    if (a.accepted == 1) {
+      // The diffs held here (those that arrived during the offer, and any waiting for an earlier
+      // one) go to the new home, which applies each writer's in order. Requests waiting here are
+      // sent there.
       MutexLock h(held_mu_);
-      if (auto it = moving_.find(a.page); it != moving_.end()) {
-        applied = std::move(it->second);
-        moving_.erase(it);
+      if (auto it = held_diffs_.find(a.page); it != held_diffs_.end()) {
+        held = std::move(it->second);
+        held_diffs_.erase(it);
       }
-      if (a.accepted == 1) {
-        // Diffs waiting here for an earlier one go on with those applied since the offer: the
-        // new home applies each writer's in order. Requests waiting here are sent there.
-        if (auto it = held_diffs_.find(a.page); it != held_diffs_.end()) {
-          for (HeldDiff& d : it->second) applied.push_back(std::move(d));
-          held_diffs_.erase(it);
-        }
-        if (auto it = held_requests_.find(a.page); it != held_requests_.end()) {
-          redirect = std::move(it->second);
-          held_requests_.erase(it);
-        }
+      if (auto it = held_requests_.find(a.page); it != held_requests_.end()) {
+        redirect = std::move(it->second);
+        held_requests_.erase(it);
       }
     }
     if (a.accepted == 0) {
       e.state = st(PageState::kHomeShared);
       e.streak_writer = memory::kHomeUnknown;
       e.streak = 0;
+      // Still the home: apply what arrived during the offer, and answer the requests it
+      // satisfies.
+      apply_held_locked(a.page, e, &ready);
     } else {
       e.home = static_cast<int32_t>(in.src());
       e.home_moves = a.moves;
@@ -1151,14 +1164,18 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
         e.prot = Prot::kNone;
         space_.protect(a.page, 1, e.prot);
       }
-      if (opts_.mutant == Options::Mutant::kMoveUnforwarded) applied.clear();
-      for (const HeldDiff& d : applied)
+      if (opts_.mutant == Options::Mutant::kMoveUnforwarded) held.clear();
+      for (const HeldDiff& d : held)
         add_forward(forward[in.src()], a.page, d.writer, d.interval, d.prev, d.diff);
-      counters_.diffs_forwarded.fetch_add(applied.size(), std::memory_order_relaxed);
+      counters_.diffs_forwarded.fetch_add(held.size(), std::memory_order_relaxed);
       counters_.homes_moved.fetch_add(1, std::memory_order_relaxed);
       moved = moved_reply(e);
     }
     table_.notify(a.page);
+  }
+  for (ReadyReply& rr : ready) {
+    Status s = comm_.reply(rr.to, rr.payload);
+    if (!s) LOOM_WARN("answering a held request: {}", s.to_string());
   }
   send_entry_batches(msg::kForwardedDiffs, forward);
   for (const HeldRequest& h : redirect) {

@@ -12,11 +12,14 @@
 //   - The home writes its master copy in place (no twin); its writes still produce notices.
 //     A home page no other node has fetched is *private*: writable, no write detection, no
 //     notices, until the first remote fetch.
-//   - Home migration (experimental, off by default): a home that applies `migrate_after` diffs in a row from one other node (and
-//     wrote nothing itself meanwhile) offers that node the home. The writer accepts unless it has
-//     diffs of its own still in flight or is fetching the page; the old home then forwards what
-//     it applied meanwhile and points to the new home: requests get a redirect, diffs are
-//     forwarded, and their writers get a hint (docs/protocols/hlrc.md#home-migration).
+//   - Home migration (experimental, off by default): a home that applies `migrate_after` diffs
+//     in a row from one other node (and wrote nothing itself meanwhile) offers that node the
+//     home. The writer accepts unless it has diffs of its own still in flight or is fetching the
+//     page, and takes in only the bytes the master has beyond its copy (the page may be open to
+//     its threads meanwhile); the old home holds the diffs that arrive meanwhile (it applies
+//     none, so no copy holds a diff the new home lacks), then forwards them and points to
+//     the new home: requests get a redirect, diffs are forwarded, and their writers get a hint
+//     (docs/protocols/hlrc.md#home-migration).
 //   - Intervals are per node. A release by any thread flushes the node's dirty pages. A copy
 //     invalidated while it holds unreleased local writes keeps its twin; on the next access the
 //     node fetches the new version and re-applies its own changes (two-way diffing).
@@ -97,7 +100,7 @@ class Hlrc final : public Protocol, public Consistency {
     size_t gc_threshold = 4096;
     // Home migration: after this many diffs in a row from one other node (and no write by the
     // home or anyone else in between) the home offers the page to that node. 0: homes stay
-    // (the default while a rare lost update is open, docs/protocols/hlrc.md#home-migration).
+    // (the default while migration is experimental, docs/protocols/hlrc.md#home-migration).
     uint32_t migrate_after = 0;
     // Test-only: a deliberately broken variant, so that the simulator's consistency checker can
     // be shown to catch it (loom-sim --mutant). Never set outside tests.
@@ -106,7 +109,7 @@ class Hlrc final : public Protocol, public Consistency {
       kSkipInvalidate,   // acquire does not invalidate copies named by write notices
       kNoVersionWait,    // the home answers at once and the requester takes any version
       kDropLocalWrites,  // a refetched copy loses its unreleased local writes (no two-way diff)
-      kMoveUnforwarded,  // an old home does not forward the diffs it applied during the offer
+      kMoveUnforwarded,  // an old home does not forward the diffs it held during the offer
     };
     Mutant mutant = Mutant::kNone;
   };
@@ -212,6 +215,9 @@ class Hlrc final : public Protocol, public Consistency {
   void apply_diff_locked(memory::PageId page, memory::PageEntry& e, uint32_t writer,
                          uint32_t interval, uint32_t prev, std::span<const std::byte> diff,
                          std::vector<ReadyReply>* ready) REQUIRES(table_.lock_of(page));
+  // Applies the held diffs that are next in their writer's order, then answers held requests.
+  void apply_held_locked(memory::PageId page, memory::PageEntry& e, std::vector<ReadyReply>* ready)
+      REQUIRES(table_.lock_of(page));
   void answer_held_locked(memory::PageId page, memory::PageEntry& e,
                           std::vector<ReadyReply>* ready);
 
@@ -239,12 +245,11 @@ class Hlrc final : public Protocol, public Consistency {
   static void add_forward(EntryBatch& b, memory::PageId page, uint32_t writer, uint32_t interval,
                           uint32_t prev, std::span<const std::byte> diff);
   void send_entry_batches(comm::MsgType type, const Batches& batches);
+  // A diff was applied at the home: extends or restarts the page's writer streak.
+  void note_applied(memory::PageId page, memory::PageEntry& e, const HeldDiff& d)
+      REQUIRES(table_.lock_of(page));
   // Home side, after a diff from `writer` was applied: offers the page to its writer if the
   // streak is long enough and the page can move now.
-  // A diff was applied at the home: extends or restarts the page's writer streak, and keeps a
-  // copy while the page is being offered.
-  void note_applied(memory::PageId page, memory::PageEntry& e, HeldDiff d,
-                    std::span<const std::byte> diff) REQUIRES(table_.lock_of(page));
   void maybe_offer_locked(memory::PageId page, memory::PageEntry& e, std::vector<Outgoing>* out)
       REQUIRES(table_.lock_of(page));
   // The reply to a request that reached a node that is not (any more) the page's home.
@@ -288,9 +293,6 @@ class Hlrc final : public Protocol, public Consistency {
   Mutex held_mu_;
   std::unordered_map<memory::PageId, std::vector<HeldRequest>> held_requests_ GUARDED_BY(held_mu_);
   std::unordered_map<memory::PageId, std::vector<HeldDiff>> held_diffs_ GUARDED_BY(held_mu_);
-  // Home migration, at a home that offered a page: the diffs applied since the offer, forwarded
-  // to the new home if it accepts.
-  std::unordered_map<memory::PageId, std::vector<HeldDiff>> moving_ GUARDED_BY(held_mu_);
 };
 
 }  // namespace loom::protocols::hlrc
