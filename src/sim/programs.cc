@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <random>
 
@@ -80,6 +81,21 @@ struct Handoff {
   uint32_t flags = 0;  // alloc index of the flag (offset 0) and ack (offset 8) words
 };
 
+// A hand-off through synchronization objects (boxes, Checker): the producer writes the data and
+// deposits into the data box with a release-type attribute; the consumer waits for the count
+// (a deferred acquire, or polling with no attribute and then one acquire read), reads the data
+// and deposits (release) into the ack box, which the producer waits on before the next round.
+struct ObjectHandoff {
+  uint32_t producer = 0, consumer = 0;
+  uint32_t data = 0;  // alloc index
+  uint32_t words = 1;
+  uint32_t rounds = 1;
+  sync::Attr release = sync::Attr::kRelease;
+  bool deferred_wait = true;
+  uint32_t data_home = 0, ack_home = 0;
+  uint32_t index = 0;  // into the run's boxes
+};
+
 struct ThreadPhase {
   std::vector<uint32_t> jacobi_writes;  // word indexes (owned)
   std::vector<uint32_t> jacobi_reads;   // word indexes in the other array
@@ -94,9 +110,11 @@ struct Plan {
   uint32_t arrays[2] = {0, 0};         // alloc indexes
   std::vector<uint32_t> lock_regions;  // alloc index per lock
   std::vector<Alloc> allocs;
-  std::vector<std::vector<ThreadPhase>> work;  // [phase][thread]
-  std::vector<std::vector<Handoff>> handoffs;  // [phase]
-  std::vector<uint64_t> region_offsets;        // variable offsets in a lock region
+  std::vector<std::vector<ThreadPhase>> work;               // [phase][thread]
+  std::vector<std::vector<Handoff>> handoffs;               // [phase]
+  std::vector<std::vector<ObjectHandoff>> object_handoffs;  // [phase]
+  uint32_t boxes = 0;                                       // object hand-offs in all
+  std::vector<uint64_t> region_offsets;                     // variable offsets in a lock region
 };
 
 uint32_t owner(uint32_t word, uint32_t phase, uint32_t threads) {
@@ -180,16 +198,53 @@ std::shared_ptr<Plan> make_plan(uint64_t seed, uint32_t nodes, uint32_t tpn) {
       }
     }
   }
+  // Object hand-offs come from a generator of their own, so that the rest of the plan is the
+  // same as before they existed (the batches' programs, which the mutant tests rely on).
+  std::mt19937_64 orng(mix(seed ^ 0x0b1ec7));
+  p.object_handoffs.resize(p.phases);
+  for (uint32_t ph = 0; ph < p.phases && p.threads >= 2; ++ph) {
+    const uint32_t n = static_cast<uint32_t>(orng() % 3);
+    for (uint32_t k = 0; k < n; ++k) {
+      ObjectHandoff h;
+      h.producer = static_cast<uint32_t>(orng() % p.threads);
+      h.consumer = (h.producer + 1 + static_cast<uint32_t>(orng() % (p.threads - 1))) % p.threads;
+      h.words = 1 + static_cast<uint32_t>(orng() % 4);
+      h.rounds = 1 + static_cast<uint32_t>(orng() % 2);
+      const sync::Attr kinds[] = {sync::Attr::kRelease, sync::Attr::kReleaseAcquire,
+                                  sync::Attr::kAcquireRelease};
+      h.release = kinds[orng() % 3];
+      h.deferred_wait = orng() % 2 == 0;
+      h.data_home = static_cast<uint32_t>(orng() % nodes);
+      h.ack_home = static_cast<uint32_t>(orng() % nodes);
+      Alloc a;
+      a.bytes = uint64_t{h.words} * kWord;
+      a.placement = placement_of(orng());
+      a.node = a.placement == Placement::kNode ? static_cast<int>(orng() % nodes) : -1;
+      a.by = h.producer;
+      a.phase = ph;
+      p.allocs.push_back(a);
+      h.data = static_cast<uint32_t>(p.allocs.size() - 1);
+      h.index = p.boxes++;
+      p.object_handoffs[ph].push_back(h);
+    }
+  }
   return pl;
 }
 
-void run_thread(const Plan& p, std::vector<Alloc>& allocs, Checker& c, Thread& t) {
+// The boxes of one run: [index] = {data box, ack box}, created by the producer before the phase
+// that uses them.
+using Boxes = std::vector<std::array<sync::ObjectRef, 2>>;
+
+void run_thread(const Plan& p, std::vector<Alloc>& allocs, Boxes& boxes, Checker& c, Thread& t) {
   const uint32_t me = t.id();
   Values values(me);
   const uint64_t bar = barrier_id(0);
   auto alloc_phase = [&](uint32_t ph) {
     for (Alloc& a : allocs)
       if (a.by == me && a.phase == ph) a.addr = t.alloc(a.bytes, a.placement, a.node);
+    for (const ObjectHandoff& h : p.object_handoffs[ph])
+      if (h.producer == me)
+        boxes[h.index] = {c.create_box(t, h.data_home), c.create_box(t, h.ack_home)};
   };
   // Set-up: allocations of phase 0 (used from phase 0's work after the barrier).
   alloc_phase(0);
@@ -235,6 +290,30 @@ void run_thread(const Plan& p, std::vector<Alloc>& allocs, Checker& c, Thread& t
           c.lock(t, lock_id(h.lock));
           c.write(t, ack, r);
           c.unlock(t, lock_id(h.lock));
+        }
+      }
+    }
+    for (const ObjectHandoff& h : p.object_handoffs[ph]) {
+      if (me != h.producer && me != h.consumer) continue;
+      const uint64_t data = allocs[h.data].addr;
+      const auto& [data_box, ack_box] = boxes[h.index];
+      for (uint32_t r = 1; r <= h.rounds; ++r) {
+        if (me == h.producer) {
+          if (r > 1) c.box_wait(t, ack_box, r - 1);
+          for (uint32_t k = 0; k < h.words; ++k) c.write(t, data + k * kWord, values.next());
+          c.box_deposit(t, data_box, h.release);
+        } else {
+          if (h.deferred_wait) {
+            c.box_wait(t, data_box, r);
+          } else {
+            // Polling with no attribute orders nothing; the acquire read afterwards does.
+            for (int i = 0; c.box_read(t, data_box, sync::Attr::kNone) < r; ++i) {
+              if (i == 100000) t.sim().fail(Status::internal("polled a box 100000 times"));
+            }
+            (void)c.box_read(t, data_box, sync::Attr::kAcquire);
+          }
+          for (uint32_t k = 0; k < h.words; ++k) c.read(t, data + k * kWord);
+          c.box_deposit(t, ack_box, sync::Attr::kRelease);
         }
       }
     }
@@ -448,9 +527,11 @@ Program random_program(uint64_t seed) {
   std::shared_ptr<Plan> plan = make_plan(seed, pr.nodes, pr.threads_per_node);
   pr.install = [plan](Simulation& sim, Checker& c) {
     auto allocs = std::make_shared<std::vector<Alloc>>(plan->allocs);
+    auto boxes = std::make_shared<Boxes>(plan->boxes);
     for (uint32_t t = 0; t < plan->threads; ++t)
-      sim.spawn(t / (plan->threads / sim.nodes()),
-                [plan, allocs, &c](Thread& th) { run_thread(*plan, *allocs, c, th); });
+      sim.spawn(t / (plan->threads / sim.nodes()), [plan, allocs, boxes, &c](Thread& th) {
+        run_thread(*plan, *allocs, *boxes, c, th);
+      });
   };
   return pr;
 }
@@ -493,6 +574,10 @@ const std::vector<MutantInfo>& mutants() {
       {"upd_no_data", "hlrc_update: a copy takes an update's version but not its bytes",
        Mutant::kNone, protocols::lrc::Mutant::kNone, "hlrc_update",
        protocols::single::Mutant::kUpdateNoData},
+      {"obj_no_view",
+       "synchronization objects: an acquiring call's reply brings no write notices (no view)",
+       Mutant::kNone, protocols::lrc::Mutant::kNone, "hlrc", protocols::single::Mutant::kNone,
+       true},
   };
   return m;
 }

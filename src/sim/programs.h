@@ -48,6 +48,7 @@ struct MutantInfo {
   protocols::lrc::Mutant lrc = protocols::lrc::Mutant::kNone;
   std::string protocol = "hlrc";  // the protocol it breaks
   protocols::single::Mutant single = protocols::single::Mutant::kNone;
+  bool object_no_view = false;  // breaks synchronization objects instead (any protocol)
 };
 const std::vector<MutantInfo>& mutants();
 

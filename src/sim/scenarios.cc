@@ -3,10 +3,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+
+#include "base/log.h"
+#include "sync/objects.h"
+#include "sync/task_pool.h"
 
 namespace loom::sim {
 
@@ -41,6 +46,8 @@ struct Shared {
   // and the pixels the threads coloured (checked at the end, not simulated).
   uint64_t cond_generation = 0;
   int64_t pixels = 0;
+  // mandelbrot_object: the Pool synchronization object.
+  sync::ObjectRef pool_object;
 };
 
 struct Scenario {
@@ -298,11 +305,62 @@ uint16_t colour(int i, int j) {
   return 0;
 }
 
+// The thesis's Pool object (sync::TaskPool): Init (none), GetAction (acquire: {u32 thread, u32
+// blocks} -> TaskPool::Action), Done (release). Registered once per process.
+enum PoolOp : uint32_t { kPoolInit, kPoolGetAction, kPoolDone };
+struct PoolAsk {
+  uint32_t thread, blocks;
+};
+uint32_t pool_class() {
+  using sync::Call;
+  using sync::TaskPool;
+  static const uint32_t id = [] {
+    uint32_t c = sync::register_class(
+        "sim.mandelbrot.pool",
+        [](std::span<const std::byte> init) -> void* {
+          uint32_t threads = 0;
+          LOOM_CHECK(init.size() == sizeof threads, "pool: init of {} bytes", init.size());
+          std::memcpy(&threads, init.data(), sizeof threads);
+          return new TaskPool(static_cast<int32_t>(threads), static_cast<int32_t>(kPoolCapacity));
+        },
+        [](void* st) { delete static_cast<TaskPool*>(st); });
+    auto answer = [](Call& call) {
+      return [&call](TaskPool::Token t, TaskPool::Action a) {
+        call.reply_to(t, std::as_bytes(std::span<const TaskPool::Action, 1>(&a, 1)));
+      };
+    };
+    sync::add_operation(c, "Init", sync::Attr::kNone,
+                        [](void* st, std::span<const std::byte> arg, Call& call) {
+                          uint32_t blocks = 0;
+                          std::memcpy(&blocks, arg.data(), std::min(arg.size(), sizeof blocks));
+                          static_cast<TaskPool*>(st)->init(static_cast<int32_t>(blocks));
+                          call.reply({});
+                        });
+    sync::add_operation(c, "GetAction", sync::Attr::kAcquire,
+                        [answer](void* st, std::span<const std::byte> arg, Call& call) {
+                          PoolAsk ask{};
+                          LOOM_CHECK(arg.size() == sizeof ask, "pool: GetAction argument");
+                          std::memcpy(&ask, arg.data(), sizeof ask);
+                          static_cast<TaskPool*>(st)->get_action(
+                              call.defer(), static_cast<int32_t>(ask.thread),
+                              static_cast<int32_t>(ask.blocks), answer(call));
+                        });
+    sync::add_operation(c, "Done", sync::Attr::kRelease,
+                        [answer](void* st, std::span<const std::byte>, Call& call) {
+                          static_cast<TaskPool*>(st)->done(answer(call));
+                          call.reply({});
+                        });
+    return c;
+  }();
+  return id;
+}
+
 // One thread's side of the program (its local pool, and the scenario's shared addresses).
+// `object`: visits go to the Pool object instead of the lock-protected control page.
 class Worker {
  public:
-  Worker(Thread& t, Shared& sh, bool image)
-      : t_(t), sh_(sh), p_(t.node()), n_(t.sim().nodes()), image_(image) {}
+  Worker(Thread& t, Shared& sh, bool image, bool object)
+      : t_(t), sh_(sh), p_(t.node()), n_(t.sim().nodes()), image_(image), object_(object) {}
 
   void run() {
     int since_visit = 0;
@@ -316,7 +374,7 @@ class Worker {
         continue;
       }
       since_visit = 0;
-      if (!visit_pool()) return;
+      if (!(object_ ? visit_object() : visit_pool())) return;
     }
   }
 
@@ -448,18 +506,43 @@ class Worker {
     return true;
   }
 
+  // bench/mandelbrot.cc's ObjectPool::visit: GetAction, move the blocks, Done.
+  bool visit_object() {
+    sh_.pixels += pixels_;
+    pixels_ = blocks_ = 0;
+    const PoolAsk ask{p_, static_cast<uint32_t>(local_.size())};
+    std::vector<std::byte> out = t_.call_object(
+        sh_.pool_object, kPoolGetAction, std::as_bytes(std::span<const PoolAsk, 1>(&ask, 1)));
+    sync::TaskPool::Action a{};
+    LOOM_CHECK(out.size() == sizeof a, "pool: GetAction answered {} bytes", out.size());
+    std::memcpy(&a, out.data(), sizeof a);
+    if (a.top < 0) return false;
+    if (a.blocks > 0) {
+      for (int32_t k = 1; k <= a.blocks; ++k)
+        local_.push_back(read_block(static_cast<uint64_t>(a.top - k)));
+    } else if (a.blocks < 0) {
+      for (int32_t k = 0; k < -a.blocks; ++k) {
+        write_block(static_cast<uint64_t>(a.top + k), local_.front());
+        local_.pop_front();
+      }
+    }
+    if (a.blocks != 0) (void)t_.call_object(sh_.pool_object, kPoolDone);
+    return true;
+  }
+
   Thread& t_;
   Shared& sh_;
   const uint32_t p_, n_;
-  const bool image_;
+  const bool image_, object_;
   std::deque<Block> local_;  // newest at the back
   int64_t pixels_ = 0, blocks_ = 0;
 };
 
-void run(Simulation& sim, std::shared_ptr<Shared> sh, bool image) {
+void run(Simulation& sim, std::shared_ptr<Shared> sh, bool image, bool object) {
   uint32_t n = sim.nodes();
+  (void)pool_class();  // registered before any node creates one
   for (uint32_t node = 0; node < n; ++node) {
-    sim.spawn(node, [sh, n, image](Thread& t) {
+    sim.spawn(node, [sh, n, image, object](Thread& t) {
       if (t.node() == 0) {
         sh->addrs = {t.alloc(kImageBytes), t.alloc(kPage, Placement::kNode, 0),
                      t.alloc(control_bytes(n), Placement::kNode, 0),
@@ -478,13 +561,20 @@ void run(Simulation& sim, std::shared_ptr<Shared> sh, bool image) {
         }
         t.write(sh->addrs[kControl] + kTop * kWord, k);
         t.write(sh->addrs[kControl] + kTotal * kWord, k);
+        if (object) {
+          sh->pool_object =
+              t.create_object(pool_class(), 0, std::as_bytes(std::span<const uint32_t, 1>(&n, 1)));
+          const auto blocks = static_cast<uint32_t>(k);
+          (void)t.call_object(sh->pool_object, kPoolInit,
+                              std::as_bytes(std::span<const uint32_t, 1>(&blocks, 1)));
+        }
       }
       set_up_done(t, *sh, [&] {
         return Ranges{{sh->addrs[kPool], kPage},
                       {sh->addrs[kControl], control_bytes(n)},
                       {sh->addrs[kSem], kPage}};
       });
-      Worker(t, *sh, image).run();
+      Worker(t, *sh, image, object).run();
       t.barrier(barrier_id(0), n);
       if (t.node() == 0 && sh->pixels != int64_t{kWidth} * kHeight)
         t.sim().fail(Status::internal(fmt::format(
@@ -527,12 +617,19 @@ const std::vector<Scenario>& scenarios() {
         "Mandelbrot with a global task pool under a lock and a semaphore (basic sync), 720x480"},
        2,
        [](Simulation& sim, std::shared_ptr<Shared> sh) {
-         mandelbrot::run(sim, std::move(sh), true);
+         mandelbrot::run(sim, std::move(sh), true, false);
        }},
       {{"mandelbrot_pool", "as mandelbrot, without the image writes: the pool's traffic alone"},
        2,
        [](Simulation& sim, std::shared_ptr<Shared> sh) {
-         mandelbrot::run(sim, std::move(sh), false);
+         mandelbrot::run(sim, std::move(sh), false, false);
+       }},
+      {{"mandelbrot_object",
+        "as mandelbrot_pool, with the thesis's Pool synchronization object (Table 5.8, high-level "
+        "sync)"},
+       2,
+       [](Simulation& sim, std::shared_ptr<Shared> sh) {
+         mandelbrot::run(sim, std::move(sh), false, true);
        }},
   };
   return list;

@@ -90,6 +90,7 @@ struct Simulation::Node {
   std::unique_ptr<sync::LockService> locks;
   std::unique_ptr<sync::BarrierService> barriers;
   std::unique_ptr<sync::CondService> conds;
+  std::unique_ptr<sync::ObjectService> objects;
 };
 
 Simulation::Simulation(Options options)
@@ -133,9 +134,11 @@ Simulation::Simulation(Options options)
     node->barriers = std::make_unique<sync::BarrierService>(*node->comm, *node->platform,
                                                             node->frames->num_pages());
     node->conds = std::make_unique<sync::CondService>(*node->comm, *node->locks);
+    node->objects = std::make_unique<sync::ObjectService>(*node->comm, *node->platform);
+    node->objects->set_mutant_no_view(opts_.object_no_view);
     for (Status s : {node->heap->register_messages(), node->platform->register_messages(),
                      node->locks->register_messages(), node->barriers->register_messages(),
-                     node->conds->register_messages()})
+                     node->conds->register_messages(), node->objects->register_messages()})
       LOOM_CHECK(s.is_ok(), "simulated node {}: {}", n, s.to_string());
     nodes_.push_back(std::move(node));
   }
@@ -421,6 +424,33 @@ void Thread::barrier(uint64_t id, uint32_t count) {
   sim_->note(fmt::format("{} barrier {:#x}", sim_->thread_name(*self_), id));
   sim_->nodes_[self_->node]->barriers->wait(id, count);
   sim_->note(fmt::format("{} passed barrier {:#x}", sim_->thread_name(*self_), id));
+}
+
+sync::ObjectRef Thread::create_object(uint32_t cls, uint32_t home,
+                                      std::span<const std::byte> init) {
+  yield();
+  sync::ObjectRef ref = sim_->nodes_[self_->node]->objects->create(cls, home, init);
+  // note: object ids come from a process-wide counter, so they are left out of the trace (the
+  // same seed must give the same trace in every run of a process).
+  sim_->note(fmt::format("{} created an object of class {} at node {}", sim_->thread_name(*self_),
+                         cls, home));
+  return ref;
+}
+
+std::vector<std::byte> Thread::call_object(const sync::ObjectRef& obj, uint32_t op,
+                                           std::span<const std::byte> arg) {
+  yield();
+  sim_->note(fmt::format("{} calls an object of class {} at node {}: op {} ({})",
+                         sim_->thread_name(*self_), obj.cls, obj.home, op,
+                         sync::attr_name(sync::operation_attr(obj.cls, op))));
+  std::vector<std::byte> out = sim_->nodes_[self_->node]->objects->call(obj, op, arg);
+  sim_->note(fmt::format("{} answered: op {}", sim_->thread_name(*self_), op));
+  return out;
+}
+
+void Thread::destroy_object(const sync::ObjectRef& obj) {
+  yield();
+  sim_->nodes_[self_->node]->objects->destroy(obj);
 }
 
 void Thread::cond_wait(uint64_t cond, uint64_t* generation, uint64_t lock) {

@@ -34,6 +34,7 @@
 #include "protocols/lrc/lrc_mw.h"
 #include "protocols/platform.h"
 #include "protocols/single/single_owner.h"
+#include "sync/objects.h"
 
 namespace loom::sim {
 
@@ -43,7 +44,8 @@ struct Options {
   protocols::hlrc::Hlrc::Options hlrc;
   protocols::lrc::Mutant lrc_mutant = protocols::lrc::Mutant::kNone;           // test-only (lrc_mw)
   protocols::single::Mutant single_mutant = protocols::single::Mutant::kNone;  // (single_owner)
-  uint64_t lrc_gc_bytes = 0;  // lrc_mw: LOOM_LRC_GC_BYTES (0: its default)
+  bool object_no_view = false;  // test-only (sync::ObjectService::set_mutant_no_view)
+  uint64_t lrc_gc_bytes = 0;    // lrc_mw: LOOM_LRC_GC_BYTES (0: its default)
   // The protocol of allocations that name none (protocols/protocol.h).
   std::string protocol = "hlrc";
   uint32_t lock_fairness = 4;
@@ -77,6 +79,12 @@ class Thread {
   // program keeps beside the data the lock guards. REQUIRES: this thread holds `lock`.
   void cond_wait(uint64_t cond, uint64_t* generation, uint64_t lock);
   void cond_signal(uint64_t cond, uint64_t* generation, bool all);
+  // Synchronization objects (sync::ObjectService): create one of class `cls` at `home`, call
+  // operation `op` (its attribute's views merge as on a real node), destroy it.
+  sync::ObjectRef create_object(uint32_t cls, uint32_t home, std::span<const std::byte> init = {});
+  std::vector<std::byte> call_object(const sync::ObjectRef& obj, uint32_t op,
+                                     std::span<const std::byte> arg = {});
+  void destroy_object(const sync::ObjectRef& obj);
   // `protocol`: a registered protocol's name, or null for the simulation's default.
   uint64_t alloc(size_t bytes, memory::Placement placement = memory::Placement::kFirstTouch,
                  int node = -1, const char* protocol = nullptr);

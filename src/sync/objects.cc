@@ -308,7 +308,12 @@ ObjectRef ObjectService::create(uint32_t cls, comm::NodeId home, std::span<const
   LOOM_CHECK(cls < num_classes(), "creating a synchronization object of unknown class {}", cls);
   LOOM_CHECK(home < nodes_, "creating a synchronization object at node {} of a {}-node job", home,
              nodes_);
-  ObjectRef ref{new_sync_id(kObjectTag, me_), home, cls};
+  // note: ids count per service (not per process, as locks' do), so that a simulation's objects
+  // get the same ids in every run (its trace names them).
+  LOOM_CHECK(me_ < 0xffff, "node {}: object ids hold node numbers below 65535", me_);
+  ObjectRef ref{
+      kObjectTag | (uint64_t{me_} << 32) | next_id_.fetch_add(1, std::memory_order_relaxed), home,
+      cls};
   counters_.created.fetch_add(1, std::memory_order_relaxed);
   if (home == me_) {
     auto o = std::make_unique<Object>();
@@ -497,7 +502,7 @@ std::vector<std::byte> ObjectService::call(const ObjectRef& obj, uint32_t op,
     merge(home_vt_[obj.home], *home_vt);
   }
   counters_.wait_ns.fetch_add(comm::now_ns() - t0, std::memory_order_relaxed);
-  if (acquires(attr)) consistency_.acquire();
+  if (acquires(attr) && !mutant_no_view_) consistency_.acquire();
   return result;
 }
 
@@ -560,7 +565,7 @@ void ObjectService::answer(Object& o, const Waiting& w, std::span<const std::byt
     std::vector<std::byte> payload;
     ByteWriter bw(&payload);
     protocols::hlrc::write_vt(bw, consistency_.vector_time());
-    if (acquires(w.attr)) {
+    if (acquires(w.attr) && !mutant_no_view_) {
       consistency_.write_notices_for(w.caller_vt, bw);
       counters_.views_sent.fetch_add(1, std::memory_order_relaxed);
     } else {

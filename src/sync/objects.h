@@ -204,6 +204,9 @@ class ObjectService {
   std::vector<std::byte> call(const ObjectRef& obj, uint32_t op, std::span<const std::byte> arg);
 
   const ObjectCounters& counters() const { return counters_; }
+  // Test-only (the simulator's --mutant obj_no_view): acquire-type replies carry no write notices
+  // and the caller does not acquire, so the checker can be shown to catch it.
+  void set_mutant_no_view(bool on) { mutant_no_view_ = on; }
   // Objects whose home is this node.
   size_t objects_here() const;
 
@@ -228,6 +231,8 @@ class ObjectService {
   const comm::NodeId me_;
   const uint32_t nodes_;
   ObjectCounters counters_;
+  std::atomic<uint32_t> next_id_{1};
+  bool mutant_no_view_ = false;
 
   mutable Mutex mu_;
   std::unordered_map<uint64_t, std::unique_ptr<Object>> objects_ GUARDED_BY(mu_);

@@ -288,6 +288,7 @@ int main(int argc, char** argv) {
     base.hlrc.mutant = m->mutant;
     base.lrc_mutant = m->lrc;
     base.single_mutant = m->single;
+    base.object_no_view = m->object_no_view;
   }
   if (litmus_name) {
     const auto& names = litmus_names();
