@@ -9,12 +9,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "bench_util.h"
 
 #ifndef LOOM_BENCH_NO_DSM
+#include "base/config.h"
 #include "loom/loom.hpp"
 #endif
 
@@ -31,6 +34,21 @@ inline int exit_for(const CLI::App& app, const CLI::ParseError& e, const char* n
   return 0;
 }
 
+// Messages a node sent (and their payload bytes) over the timed parts of a run.
+struct Sent {
+  uint64_t messages = 0, bytes = 0;
+};
+
+// The common main() of the benchmarks that run `--mode seq` or `--mode loom` and print one
+// result on node 0 (mandelbrot, tsp): parses the command line (`parse(argc, argv, &args, &app)`
+// throws CLI errors), runs `seq(args)` or `loom(args, &argc, &argv)` (a LoomResult), prints
+// `print(args, nodes, protocol, report)` and returns `status(report)` (0, or 1 after a FAILED
+// line). `protocol` is "none" in seq mode.
+template <typename Args, typename Report, typename Parse, typename Seq, typename Loom,
+          typename Print, typename Status>
+int bench_main(int argc, char** argv, const char* name, const char* about, Parse parse, Seq seq,
+               Loom loom, Print print, Status status);
+
 // How the threads of a mode wait for each other (the computation is a template over these).
 struct NoSync {
   void wait() {}
@@ -44,6 +62,21 @@ struct LoomSync {
   loom::barrier b;
   void wait() { b.wait(); }
 };
+
+// This node's messages sent so far, and their payload bytes (loom::stats_json()).
+inline Sent node_counters() {
+  const nlohmann::json j = nlohmann::json::parse(loom::stats_json());
+  const nlohmann::json& total = j.at("messages").at("total");
+  return {total.at("sent_msgs").get<uint64_t>(), total.at("sent_bytes").get<uint64_t>()};
+}
+
+// The job's default protocol (loomrun --protocol / LOOM_PROTOCOL), which allocations that name
+// none use.
+inline std::string job_protocol() {
+  const char* env = std::getenv("LOOM_PROTOCOL");
+  if (env != nullptr && *env != '\0') return env;
+  return find_config_row("PROTOCOL")->default_value;
+}
 
 // What run_loom() of a benchmark returns on every node; only node 0 prints `report`.
 template <typename Report>
@@ -84,5 +117,36 @@ void run_node_threads(const LoomJob& job, const Body& body) {
   for (std::thread& thread : threads) thread.join();
 }
 #endif
+
+template <typename Args, typename Report, typename Parse, typename Seq, typename Loom,
+          typename Print, typename Status>
+int bench_main(int argc, char** argv, const char* name, const char* about, Parse parse, Seq seq,
+               Loom loom, Print print, Status status) {
+  Args args;
+  CLI::App app(about, name);
+  try {
+    parse(argc, argv, &args, &app);
+  } catch (const CLI::ParseError& e) {
+    return exit_for(app, e, name);
+  }
+  Report report;
+  int nodes = 1;
+  std::string protocol = "none";
+  if (args.mode == "seq") {
+    report = seq(args);
+  } else {
+#ifndef LOOM_BENCH_NO_DSM
+    LoomResult<Report> r = loom(args, &argc, &argv);
+    if (!r.node0) return 0;
+    report = std::move(r.report);
+    nodes = r.nodes;
+    protocol = job_protocol();
+#else
+    (void)loom;
+#endif
+  }
+  print(args, nodes, protocol, report);
+  return status(report);
+}
 
 }  // namespace loom::bench

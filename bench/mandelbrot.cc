@@ -93,15 +93,16 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "app_util.h"
 #include "bench_util.h"
 #ifndef LOOM_BENCH_NO_DSM
-#include "base/config.h"
 #include "loom/loom.hpp"
 #include "loom/parmacs.h"
 #include "loom/sync_object.hpp"
+#include "sync/task_pool.h"
 #endif
 
 namespace loom::bench {
@@ -132,6 +133,7 @@ struct Report {
   std::vector<double> seconds;     // one per repetition
   int64_t blocks = 0, pixels = 0;  // in the last repetition
   int64_t wrong_pixels = -1;       // the pixels of a repetition that did not colour them all once
+  long long expected_pixels = 0;   // width x height
   uint64_t checksum = 0;
   uint64_t messages = 0, bytes = 0;  // all nodes, per repetition
 };
@@ -391,11 +393,6 @@ void compute(const Args& args, const Plane& plane, const PoolData& d, size_t g, 
   }
 }
 
-// Message counters of one node over the timed parts of the repetitions.
-struct Sent {
-  uint64_t messages = 0, bytes = 0;
-};
-
 // The body of global thread `g` of `p`; `first_on_node` takes the node's counters. Thread 0
 // fills *report.
 template <typename Pool, typename BarrierSync, typename Counters>
@@ -421,6 +418,7 @@ void run_thread(const Args& args, const PoolData& d, size_t g, size_t p, bool fi
     if (g == 0) {
       report->seconds.push_back(seconds_since(t0));
       pool.totals(d, &report->pixels, &report->blocks);
+      report->expected_pixels = total_pixels;
       if (report->pixels != total_pixels) report->wrong_pixels = report->pixels;
     }
   }
@@ -445,20 +443,6 @@ Report run_seq(const Args& args) {
 }
 
 #ifndef LOOM_BENCH_NO_DSM
-// This node's messages sent so far, and their payload bytes.
-Sent node_counters() {
-  const nlohmann::json j = nlohmann::json::parse(loom::stats_json());
-  const nlohmann::json& total = j.at("messages").at("total");
-  return {total.at("sent_msgs").get<uint64_t>(), total.at("sent_bytes").get<uint64_t>()};
-}
-
-// The job's default protocol, which every allocation here uses.
-std::string default_protocol() {
-  const char* env = std::getenv("LOOM_PROTOCOL");
-  if (env != nullptr && *env != '\0') return env;
-  return find_config_row("PROTOCOL")->default_value;
-}
-
 // --- --sync pool: the thesis's Pool synchronization object (Appendix A) ------------------------
 
 // The object keeps the control information (blocks in the pool, the approximate total, each
@@ -479,115 +463,50 @@ struct PoolAsk {
   int32_t blocks;                    // blocks in the thread's local pool
   int64_t pixels_done, blocks_done;  // since its last GetAction
 };
-struct PoolAction {
-  int32_t blocks;  // > 0: take that many from the top; < 0: put that many; 0: neither
-  int32_t top;     // the top before the move; -1: the computation has ended
-};
+using PoolAction = sync::TaskPool::Action;
 struct PoolTotals {
   int64_t pixels, blocks;
 };
 
+// The object's state: the thesis's Pool (sync::TaskPool, shared with the simulator's scenario)
+// and the tallies. Waiting callers are TaskPool tokens mapped to their deferred calls.
 class PoolState {
  public:
-  explicit PoolState(const PoolInit& init)
-      : threads_(init.threads), capacity_(init.capacity), held_(init.threads, 0) {}
+  explicit PoolState(const PoolInit& init) : pool_(init.threads, init.capacity) {}
 
-  // Init (no attribute): the pool holds `blocks` blocks again; the tallies restart.
   nothing init(int32_t blocks) {
-    top_ = jobs_ = blocks;
-    std::fill(held_.begin(), held_.end(), 0);
-    in_use_ = false;
+    pool_.init(blocks);
+    waiting_.clear();
     pixels_ = blocks_done_ = 0;
     return {};
   }
-
   void get_action(const PoolAsk& ask, loom::sync_call<PoolAction>& call) {
     pixels_ += ask.pixels_done;
     blocks_done_ += ask.blocks_done;
-    jobs_ += ask.blocks - held_[ask.thread];
-    held_[ask.thread] = ask.blocks;
-    const loom::deferred<PoolAction> me = call.defer();  // answered below or later
-    if (ask.blocks == 0 && top_ == 0) {
-      check_termination(ask.thread, me, call);
-      return;
-    }
-    distribute(ask.thread, ask.blocks, me, call);
+    const sync::TaskPool::Token me = next_token_++;
+    waiting_.emplace(me, call.defer());  // answered below or by a later call
+    pool_.get_action(me, ask.thread, ask.blocks, answer(call));
   }
-
-  // Done (release): the thread finished moving blocks; let the next one in.
-  nothing done(loom::sync_call<nothing>& call) {
-    in_use_ = false;
-    if (top_ > 0 && !sleeping_.empty()) {
-      const Waiting w = sleeping_.front();
-      sleeping_.pop_front();
-      distribute(w.thread, 0, w.call, call);
-      return {};
-    }
-    for (size_t n = queued_.size(); n > 0; --n) {
-      const Waiting w = queued_.front();
-      queued_.pop_front();
-      if (w.blocks > 0 || top_ > 0) {
-        distribute(w.thread, w.blocks, w.call, call);
-        if (in_use_) return {};  // that thread moves blocks now
-      } else {
-        check_termination(w.thread, w.call, call);
-      }
-    }
+  template <typename R>
+  nothing done(loom::sync_call<R>& call) {
+    pool_.done(answer(call));
     return {};
   }
-
   PoolTotals totals() const { return {pixels_, blocks_done_}; }
 
  private:
-  struct Waiting {
-    loom::deferred<PoolAction> call;
-    int32_t thread, blocks;
-  };
-
-  // The thesis's DistribJobs: the thread's share is jobs / threads (at least 1 while blocks
-  // remain); it takes what it lacks from the pool or puts its excess there.
-  template <typename Call>
-  void distribute(int32_t thread, int32_t blocks, loom::deferred<PoolAction> w, Call& call) {
-    int32_t quota = jobs_ / threads_;
-    if (quota == 0 && jobs_ > 0) quota = 1;
-    if (blocks < quota) {
-      quota = std::min(quota - blocks, top_);
-    } else {
-      quota = -std::min(blocks - quota, capacity_ - top_);
-    }
-    if (quota != 0) {
-      if (in_use_) {  // another thread is moving blocks: wait for its Done
-        queued_.push_back({w, thread, blocks});
-        return;
-      }
-      in_use_ = true;
-    }
-    const PoolAction action{quota, top_};
-    top_ -= quota;
-    held_[thread] = blocks + quota;
-    call.reply_to(w, action);
+  template <typename R>
+  sync::TaskPool::Answer answer(loom::sync_call<R>& call) {
+    return [this, &call](sync::TaskPool::Token t, PoolAction a) {
+      auto it = waiting_.find(t);
+      call.reply_to(it->second, a);
+      waiting_.erase(it);
+    };
   }
 
-  // A thread with no block and an empty pool sleeps, unless every other thread already does:
-  // then nothing is left anywhere and every thread stops.
-  template <typename Call>
-  void check_termination(int32_t thread, loom::deferred<PoolAction> w, Call& call) {
-    if (static_cast<int32_t>(sleeping_.size()) == threads_ - 1) {
-      for (const Waiting& s : sleeping_) call.reply_to(s.call, PoolAction{0, -1});
-      sleeping_.clear();
-      call.reply_to(w, PoolAction{0, -1});
-      return;
-    }
-    sleeping_.push_back({w, thread, 0});
-  }
-
-  const int32_t threads_, capacity_;
-  std::vector<int32_t> held_;     // each thread's blocks at its last GetAction (proc_jobs)
-  int32_t top_ = 0;               // blocks in the global pool
-  int32_t jobs_ = 0;              // approximate blocks in the system (num_jobs)
-  bool in_use_ = false;           // a thread is moving blocks (stack_in_use)
-  std::deque<Waiting> queued_;    // GetAction calls waiting for in_use_ (the thesis's `mutex`)
-  std::deque<Waiting> sleeping_;  // threads with nothing to do (the thesis's `empty`)
+  sync::TaskPool pool_;
+  std::unordered_map<sync::TaskPool::Token, loom::deferred<PoolAction>> waiting_;
+  sync::TaskPool::Token next_token_ = 1;
   int64_t pixels_ = 0, blocks_done_ = 0;
 };
 
@@ -784,35 +703,14 @@ void print(const Args& args, int nodes, const std::string& protocol, const Repor
 
 int main(int argc, char** argv) {
   using namespace loom::bench;
-  Args args;
-  CLI::App app("The Mandelbrot set over a shared task pool: sequential or Loom.", kName);
-  try {
-    parse(argc, argv, &args, &app);
-  } catch (const CLI::ParseError& e) {
-    return exit_for(app, e, kName);
-  }
-  Report report;
-  int nodes = 1;
-  std::string protocol = "none";
-  if (args.mode == "seq") {
-    report = run_seq(args);
-  } else {
-#ifndef LOOM_BENCH_NO_DSM
-    LoomResult<Report> r = run_loom(args, &argc, &argv);
-    if (!r.node0) return 0;
-    report = std::move(r.report);
-    nodes = r.nodes;
-    protocol = default_protocol();
-#endif
-  }
-  print(args, nodes, protocol, report);
-  if (report.wrong_pixels >= 0) {
-    std::fprintf(stderr,
-                 "%s: FAILED: %lld pixels coloured in a repetition, expected %lld: the pool lost "
-                 "or repeated a block\n",
-                 kName, static_cast<long long>(report.wrong_pixels),
-                 static_cast<long long>(int64_t{args.width} * args.height));
-    return 1;
-  }
-  return 0;
+  return bench_main<Args, Report>(
+      argc, argv, kName, "The Mandelbrot set over a shared task pool: sequential or Loom.", parse,
+      run_seq, run_loom, print, [](const Report& report) {
+        if (report.wrong_pixels < 0) return 0;
+        std::fprintf(stderr,
+                     "%s: FAILED: %lld pixels coloured in a repetition, expected %lld: the pool "
+                     "lost or repeated a block\n",
+                     kName, static_cast<long long>(report.wrong_pixels), report.expected_pixels);
+        return 1;
+      });
 }
