@@ -1157,10 +1157,13 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
       e.last_flush = e.version.get(me_);
       e.streak_writer = memory::kHomeUnknown;
       e.streak = 0;
-      if (e.prot == Prot::kRead && e.version.covers(e.required)) {
-        e.state = st(PageState::kReadOnly);
-      } else {
-        e.state = st(PageState::kInvalid);
+      // The copy is dropped even when it is current: the page moved because another node writes
+      // it, so this node's copy would be invalidated at every acquire, and as a read-only copy
+      // refetched by prefetch each time, whether this node reads it or not (SOR with node-0
+      // placement: 34 000 page requests instead of 4 300). A node that does read it fetches it
+      // once on demand, and from then on prefetch keeps it.
+      e.state = st(PageState::kInvalid);
+      if (e.prot != Prot::kNone) {
         e.prot = Prot::kNone;
         space_.protect(a.page, 1, e.prot);
       }
