@@ -85,6 +85,9 @@ void sync_semaphore_op(const sync_ref& ref, bool v, int64_t k);
 sync_ref sync_condition_create(int home);
 void sync_condition_wait(const sync_ref& ref, mutex& m);
 void sync_condition_wake(const sync_ref& ref, bool all);
+sync_ref sync_buffer_create(size_t item_size, size_t capacity, int home);
+void sync_buffer_put(const sync_ref& ref, const void* item, size_t size);
+void sync_buffer_get(const sync_ref& ref, void* item, size_t size);
 }  // namespace detail
 
 // A caller left waiting by a deferrable operation, whose result has type R.
@@ -273,6 +276,31 @@ class condition {
   void wait(mutex& m) const { detail::sync_condition_wait(ref_, m); }
   void signal() const { detail::sync_condition_wake(ref_, false); }
   void broadcast() const { detail::sync_condition_wake(ref_, true); }
+  void destroy() const { detail::sync_destroy(ref_); }
+
+ private:
+  detail::sync_ref ref_;
+};
+
+// A bounded producer/consumer buffer of T (trivially copyable), an object at its home node (a
+// handle). put() waits while the buffer is full; it is acquire_release: what the producer wrote
+// before joins the buffer's view once the item is in, so the consumer that gets the item sees
+// it. get() waits while the buffer is empty; it is an acquire. Both first come, first served.
+template <class T>
+class buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "loom::buffer<T>: T must be trivially copyable");
+
+ public:
+  buffer() = default;  // names no buffer
+  // Creates one holding up to `capacity` items at node `home` (-1: this node).
+  explicit buffer(size_t capacity, int home = -1)
+      : ref_(detail::sync_buffer_create(sizeof(T), capacity, home)) {}
+  void put(const T& item) const { detail::sync_buffer_put(ref_, &item, sizeof(T)); }
+  T get() const {
+    T item;
+    detail::sync_buffer_get(ref_, &item, sizeof(T));
+    return item;
+  }
   void destroy() const { detail::sync_destroy(ref_); }
 
  private:

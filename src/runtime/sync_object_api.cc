@@ -165,6 +165,31 @@ void sync_condition_wait(const sync_ref& ref, mutex& m) {
       ref, "loom::condition::wait", [&m] { m.unlock(); }, [&m] { m.lock(); });
 }
 
+sync_ref sync_buffer_create(size_t item_size, size_t capacity, int home) {
+  runtime::Runtime& r = rt("loom::buffer");
+  if (item_size == 0 || item_size > (1u << 20) || capacity == 0 || capacity > (1u << 24))
+    misuse(fmt::format("loom::buffer: {} items of {} bytes (1 to 2^24 items of 1 byte to 1 MiB)",
+                       capacity, item_size));
+  const uint32_t sizes[2] = {static_cast<uint32_t>(item_size), static_cast<uint32_t>(capacity)};
+  return to_ref(r.objects().create(sync::kBufferClass, home_or_here(home, "loom::buffer"),
+                                   bytes(sizes, sizeof sizes)));
+}
+
+void sync_buffer_put(const sync_ref& ref, const void* item, size_t size) {
+  runtime::Runtime& r = rt("loom::buffer::put");
+  check_builtin(ref, sync::kBufferClass, "loom::buffer::put");
+  (void)r.objects().call(from_ref(ref), sync::kBufferPut, bytes(item, size));
+}
+
+void sync_buffer_get(const sync_ref& ref, void* item, size_t size) {
+  runtime::Runtime& r = rt("loom::buffer::get");
+  check_builtin(ref, sync::kBufferClass, "loom::buffer::get");
+  std::vector<std::byte> out = r.objects().call(from_ref(ref), sync::kBufferGet, {});
+  if (out.size() != size)
+    misuse(fmt::format("loom::buffer::get: an item of {} bytes, expected {}", out.size(), size));
+  std::memcpy(item, out.data(), size);
+}
+
 // The C interface's forms: a lock named by its loom_mutex_t, a result of any size up to `cap`.
 void sync_condition_wait_c(const sync_ref& ref, loom_mutex_t* m) {
   condition_wait(

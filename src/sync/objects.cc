@@ -150,6 +150,49 @@ struct Condition {
   }
 };
 
+// A bounded producer/consumer buffer of fixed-size items (the thesis's Buffer, §2.1): put waits
+// while it is full, get while it is empty, first come first served. A put answered at once is
+// answered before the getter it hands its item to, so that (put being acquire_release) the
+// producer's writes are in the object's view when the consumer's answer is made.
+struct Buffer {
+  uint32_t item_size = 0, capacity = 0;
+  std::deque<std::vector<std::byte>> items;
+  std::deque<std::pair<PendingId, std::vector<std::byte>>> putters;  // waiting, with their items
+  std::deque<PendingId> getters;                                     // waiting
+
+  void check(std::span<const std::byte> item) const {
+    LOOM_CHECK(item.size() == item_size,
+               "buffer: an item of {} bytes, the buffer holds {}-byte items", item.size(),
+               item_size);
+  }
+  void put(std::span<const std::byte> item, Call& call) {
+    check(item);
+    if (!getters.empty()) {
+      call.reply({});
+      call.reply_to(getters.front(), item);
+      getters.pop_front();
+    } else if (items.size() < capacity) {
+      items.emplace_back(item.begin(), item.end());
+      call.reply({});
+    } else {
+      putters.emplace_back(call.defer(), std::vector<std::byte>(item.begin(), item.end()));
+    }
+  }
+  void get(Call& call) {
+    if (items.empty()) {
+      getters.push_back(call.defer());
+      return;
+    }
+    call.reply(items.front());
+    items.pop_front();
+    if (!putters.empty()) {  // room now: the oldest waiting producer's item goes in
+      items.push_back(std::move(putters.front().second));
+      call.reply_to(putters.front().first, {});
+      putters.pop_front();
+    }
+  }
+};
+
 void add_builtins(std::deque<ClassDef>& list) {
   list.push_back({"loom.semaphore",
                   [](std::span<const std::byte> init) -> void* {
@@ -184,6 +227,25 @@ void add_builtins(std::deque<ClassDef>& list) {
         {"broadcast", Attr::kRelease, [](void* st, std::span<const std::byte>, Call& call) {
            static_cast<Condition*>(st)->wake(call, true);
          }}}});
+  list.push_back({"loom.buffer",
+                  [](std::span<const std::byte> init) -> void* {
+                    uint32_t sizes[2] = {0, 0};  // item size, capacity
+                    LOOM_CHECK(init.size() == sizeof sizes, "buffer: creation bytes {}",
+                               init.size());
+                    std::memcpy(sizes, init.data(), sizeof sizes);
+                    auto* b = new Buffer();
+                    b->item_size = sizes[0];
+                    b->capacity = sizes[1];
+                    return b;
+                  },
+                  [](void* state) { delete static_cast<Buffer*>(state); },
+                  {{"put", Attr::kAcquireRelease,
+                    [](void* st, std::span<const std::byte> arg, Call& call) {
+                      static_cast<Buffer*>(st)->put(arg, call);
+                    }},
+                   {"get", Attr::kAcquire, [](void* st, std::span<const std::byte>, Call& call) {
+                      static_cast<Buffer*>(st)->get(call);
+                    }}}});
 }
 
 }  // namespace

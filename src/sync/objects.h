@@ -114,6 +114,10 @@ inline constexpr uint32_t kSemaphoreP = 0, kSemaphoreV = 1;
 inline constexpr uint32_t kConditionClass = 1;
 inline constexpr uint32_t kConditionEnqueue = 0, kConditionAwait = 1, kConditionSignal = 2,
                           kConditionBroadcast = 3;
+// A bounded buffer (create: u32 item size, u32 capacity; put(item): acquire_release, waits while
+// full; get: acquire, waits while empty, answers an item).
+inline constexpr uint32_t kBufferClass = 2;
+inline constexpr uint32_t kBufferPut = 0, kBufferGet = 1;
 
 // The handle of an object: its id, home and class (a trivially copyable value).
 struct ObjectRef {

@@ -2,6 +2,7 @@
 //
 //   object_check attrs ROUNDS           release -> acquire visibility, acquire_release, none
 //   object_check buffer THREADS ITEMS   a bounded buffer with deferred put/get, data through it
+//   object_check library_buffer T ITEMS the same through the built-in loom::buffer
 //   object_check waiters THREADS        every thread but one waits in a deferred get at once
 //   object_check everywhere THREADS N   objects homed on every node, used from every thread
 //   object_check semaphore THREADS N    a semaphore as a lock, and P(k) for k threads' V(1)
@@ -189,6 +190,7 @@ const auto most_waiting = buffer_class.op<nothing, int64_t>(
 
 struct BufferShared {
   loom::sync_object<Buffer> buf;
+  loom::buffer<int64_t> library;  // --library: the built-in loom::buffer instead
   loom::barrier all;
   int64_t payload[1];  // [total items]: item i's payload, written by its producer
 };
@@ -196,8 +198,9 @@ struct BufferShared {
 // The threads of the job alternate between producers (even global index) and consumers (odd);
 // each producer puts `items` items and each consumer gets as many. Item i's payload (i * 7 + 3)
 // is written to shared memory before its put; the consumer that gets i must read it. Each item
-// must be consumed exactly once. REQUIRES: an even number of threads in the job.
-int buffer(int threads, int items) {
+// must be consumed exactly once. REQUIRES: an even number of threads in the job. `library`:
+// the built-in loom::buffer (same capacity) instead of this file's Buffer class.
+int buffer(int threads, int items, bool library) {
   const int all = threads * mp::nodes();
   if (all % 2 != 0) mp::fail("buffer needs an even number of threads in the job");
   const int64_t total = int64_t{all / 2} * items;
@@ -206,9 +209,19 @@ int buffer(int threads, int items) {
     sh = static_cast<BufferShared*>(
         loom::alloc(sizeof(BufferShared) + static_cast<size_t>(total) * sizeof(int64_t)));
     new (sh) BufferShared{
-        buffer_class.create(mp::nodes() - 1), loom::barrier(static_cast<uint32_t>(all)), {}};
+        library ? loom::sync_object<Buffer>() : buffer_class.create(mp::nodes() - 1),
+        library ? loom::buffer<int64_t>(kCapacity, mp::nodes() - 1) : loom::buffer<int64_t>(),
+        loom::barrier(static_cast<uint32_t>(all)),
+        {}};
   }
   sh = loom::broadcast_ptr(sh, 0);
+  auto put_item = [&](int64_t i) {
+    if (library)
+      sh->library.put(i);
+    else
+      (void)put(sh->buf, i);
+  };
+  auto get_item = [&] { return library ? sh->library.get() : get(sh->buf, nothing{}); };
   std::atomic<int64_t> sum{0}, count{0};
   mp::on_threads(threads, [&](int t) {
     const int g = mp::me() * threads + t;
@@ -217,10 +230,10 @@ int buffer(int threads, int items) {
       if (g % 2 == 0) {
         const int64_t i = int64_t{g / 2} * items + k;
         sh->payload[i] = i * 7 + 3;
-        (void)put(sh->buf, i);
+        put_item(i);
         continue;
       }
-      const int64_t item = get(sh->buf, nothing{});
+      const int64_t item = get_item();
       mp::check(item >= 0 && item < total, "get returned item " + std::to_string(item));
       const int64_t want = item * 7 + 3;
       mp::check(sh->payload[item] == want, "item " + std::to_string(item) + ": its payload reads " +
@@ -249,10 +262,16 @@ int buffer(int threads, int items) {
     mp::check(s == total * (total - 1) / 2,
               "the consumed items' sum is " + std::to_string(s) + ", expected " +
                   std::to_string(total * (total - 1) / 2) + " (an item lost or repeated)");
-    const int64_t waited = most_waiting(sh->buf, nothing{});
-    std::printf("buffer: %lld items through a %d-slot buffer, at most %lld gets waiting, OK\n",
-                static_cast<long long>(total), kCapacity, static_cast<long long>(waited));
-    sh->buf.destroy();
+    if (library) {
+      std::printf("buffer: %lld items through a %d-slot loom::buffer, OK\n",
+                  static_cast<long long>(total), kCapacity);
+      sh->library.destroy();
+    } else {
+      const int64_t waited = most_waiting(sh->buf, nothing{});
+      std::printf("buffer: %lld items through a %d-slot buffer, at most %lld gets waiting, OK\n",
+                  static_cast<long long>(total), kCapacity, static_cast<long long>(waited));
+      sh->buf.destroy();
+    }
     loom::free(totals);
     loom::free(sh);
   }
@@ -269,8 +288,10 @@ int waiters(int threads) {
   if (mp::me() == 0) {
     sh = static_cast<BufferShared*>(
         loom::alloc(sizeof(BufferShared) + static_cast<size_t>(all) * sizeof(int64_t)));
-    new (sh) BufferShared{
-        buffer_class.create(mp::nodes() / 2), loom::barrier(static_cast<uint32_t>(all)), {}};
+    new (sh) BufferShared{buffer_class.create(mp::nodes() / 2),
+                          loom::buffer<int64_t>(),
+                          loom::barrier(static_cast<uint32_t>(all)),
+                          {}};
   }
   sh = loom::broadcast_ptr(sh, 0);
   std::atomic<int> got{0};
@@ -472,7 +493,9 @@ int main(int argc, char** argv) {
   if (mode == "attrs")
     rc = attrs(static_cast<int>(arg(2, 20)));
   else if (mode == "buffer")
-    rc = buffer(static_cast<int>(arg(2, 2)), static_cast<int>(arg(3, 50)));
+    rc = buffer(static_cast<int>(arg(2, 2)), static_cast<int>(arg(3, 50)), false);
+  else if (mode == "library_buffer")
+    rc = buffer(static_cast<int>(arg(2, 2)), static_cast<int>(arg(3, 50)), true);
   else if (mode == "waiters")
     rc = waiters(static_cast<int>(arg(2, 2)));
   else if (mode == "everywhere")
