@@ -37,6 +37,13 @@ class Consistency {
   virtual VectorTime vector_time() const = 0;
   // Appends what a node with vector time `vt` lacks.
   virtual void write_notices_for(const VectorTime& vt, ByteWriter& w) const = 0;
+  // The same, only up to `upto` (a synchronization object's view): the records a node at `vt`
+  // lacks of the intervals `upto` covers.
+  virtual void write_notices_between(const VectorTime& vt, const VectorTime& upto,
+                                     ByteWriter& w) const {
+    (void)upto;
+    write_notices_for(vt, w);
+  }
   // Stores information from a grant or a release; kMalformed if it does not parse.
   virtual Status store_notices(ByteReader& r) = 0;
   // Every node holds everything up to `floor`.

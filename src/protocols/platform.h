@@ -49,6 +49,10 @@ class Platform final : public memory::FaultTarget, public Consistency {
   void release(ReleaseKind kind) override;
   void acquire() override;
   VectorTime vector_time() const override { return notices_.vector_time(); }
+  void write_notices_between(const VectorTime& vt, const VectorTime& upto,
+                             ByteWriter& w) const override {
+    notices_.write_notices_between(vt, upto, w);
+  }
   void write_notices_for(const VectorTime& vt, ByteWriter& w) const override {
     notices_.write_notices_for(vt, w);
   }

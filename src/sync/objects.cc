@@ -628,7 +628,8 @@ void ObjectService::answer(Object& o, const Waiting& w, std::span<const std::byt
     ByteWriter bw(&payload);
     protocols::hlrc::write_vt(bw, consistency_.vector_time());
     if (acquires(w.attr) && !mutant_no_view_) {
-      consistency_.write_notices_for(w.caller_vt, bw);
+      // Only the object's view: the records the caller lacks of the intervals it covers.
+      consistency_.write_notices_between(w.caller_vt, o.view, bw);
       counters_.views_sent.fetch_add(1, std::memory_order_relaxed);
     } else {
       bw.u32(0);

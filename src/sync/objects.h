@@ -24,10 +24,8 @@
 //     notices of the object's view that the caller lacks; the caller stores them and acquires
 //     (Consistency::acquire) before the call returns.
 //   - No attribute: no interval ends, no notices travel, no acquire.
-// note: the notices a reply carries are bounded by the object's view only through the caller's
-// vector time: every record the home stores above the caller's is sent (a superset of the view;
-// seeing writes early is allowed by release consistency). Bounding them by the view is a later
-// refinement that needs an upper bound in Consistency::write_notices_for.
+//   The notices an acquiring reply carries are exactly those of the object's view the caller lacks
+//   (Consistency::write_notices_between), not everything the home has stored.
 //
 // Messages (sync range), all requests answered through Comm's request/reply:
 //   kObjectCreate: u64 id, u32 class, u32 signature, u32 init_len, init bytes -> empty reply

@@ -152,10 +152,12 @@ const auto put = buffer_class.deferrable_op<int64_t, nothing>(
     "put", sync_attr::acquire_release,
     [](Buffer& b, const int64_t& item, loom::sync_call<nothing>& call) {
       if (b.getters_count > 0) {  // a consumer waits: hand the item over
+        // The producer first: its writes join the buffer's view only once it has been answered
+        // (acquire_release), and the consumer's answer must carry them.
+        call.reply(nothing{});
         call.reply_to(b.getters[b.getters_head], item);
         b.getters_head = (b.getters_head + 1) % 1024;
         --b.getters_count;
-        call.reply(nothing{});
       } else if (b.count < kCapacity) {
         b.items[(b.head + b.count++) % kCapacity] = item;
         call.reply(nothing{});

@@ -717,6 +717,14 @@ void Hlrc::write_notices_for(const VectorTime& vt, ByteWriter& w) const {
   counters_.notices_sent.fetch_add(recs.size(), std::memory_order_relaxed);
 }
 
+void Hlrc::write_notices_between(const VectorTime& vt, const VectorTime& upto,
+                                 ByteWriter& w) const {
+  MutexLock l(notices_mu_);
+  std::vector<const Record*> recs = store_.newer_than(vt, &upto);
+  write_records(w, recs);
+  counters_.notices_sent.fetch_add(recs.size(), std::memory_order_relaxed);
+}
+
 Status Hlrc::store_notices(ByteReader& r) {
   Result<std::vector<Record>> recs = read_records(r, nodes_, space_.num_pages());
   if (!recs) return recs.status();

@@ -149,6 +149,8 @@ class Hlrc final : public Protocol, public Consistency {
   VectorTime vector_time() const override;
   // Appends the records a node with vector time `vt` lacks.
   void write_notices_for(const VectorTime& vt, ByteWriter& w) const override;
+  void write_notices_between(const VectorTime& vt, const VectorTime& upto,
+                             ByteWriter& w) const override;
   // Parses a record set and stores the new records (applied by the next acquire()).
   Status store_notices(ByteReader& r) override;
   // Every node holds the records up to `floor`: drop them.

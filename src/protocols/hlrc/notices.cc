@@ -133,7 +133,8 @@ bool NoticeStore::add(Record record) {
   return true;
 }
 
-std::vector<const Record*> NoticeStore::newer_than(const VectorTime& vt) const {
+std::vector<const Record*> NoticeStore::newer_than(const VectorTime& vt,
+                                                   const VectorTime* upto) const {
   std::vector<const Record*> out;
   for (size_t w = 0; w < per_writer_.size(); ++w) {
     uint32_t from = std::max(vt[w], floor_[w]);
@@ -141,7 +142,10 @@ std::vector<const Record*> NoticeStore::newer_than(const VectorTime& vt) const {
     if (q.empty() || q.back().interval <= from) continue;
     // Intervals in q are consecutive, so the first wanted one is at a computable index.
     size_t start = from >= q.front().interval ? from - q.front().interval + 1 : 0;
-    for (size_t k = start; k < q.size(); ++k) out.push_back(&q[k]);
+    for (size_t k = start; k < q.size(); ++k) {
+      if (upto != nullptr && q[k].interval > (*upto)[w]) break;
+      out.push_back(&q[k]);
+    }
   }
   return out;
 }

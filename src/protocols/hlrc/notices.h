@@ -112,8 +112,10 @@ class NoticeStore {
   // Adds a record. Returns false if it was already known. A record beyond known()+1 of its
   // writer (a gap) is a broken invariant and aborts.
   bool add(Record record);
-  // Records with interval > max(vt[w], floor[w]), in writer then interval order.
-  std::vector<const Record*> newer_than(const VectorTime& vt) const;
+  // Records with interval > max(vt[w], floor[w]), in writer then interval order; with `upto`,
+  // only those with interval <= upto[w] (a prefix still: the intervals just above vt[w]).
+  std::vector<const Record*> newer_than(const VectorTime& vt,
+                                        const VectorTime* upto = nullptr) const;
   // Drops records with interval <= floor[w] (every node holds them).
   void gc(const VectorTime& floor);
   // One record, if still stored.
