@@ -78,6 +78,23 @@ inline std::string job_protocol() {
   return find_config_row("PROTOCOL")->default_value;
 }
 
+// Collective (one thread of every node): every node's `mine` goes into `all` (shared memory, one
+// per node); node 0 gets their sum divided by `reps` (a mean per repetition), the others zeros.
+// Orders memory like a barrier (loom::broadcast_ptr).
+inline Sent sum_sent(const Sent& mine, Sent* all, int node, int nodes, int reps) {
+  all[node] = mine;
+  (void)loom::broadcast_ptr(all, 0);
+  Sent total;
+  if (node != 0) return total;
+  for (int n = 0; n < nodes; ++n) {
+    total.messages += all[n].messages;
+    total.bytes += all[n].bytes;
+  }
+  total.messages /= static_cast<uint64_t>(reps);
+  total.bytes /= static_cast<uint64_t>(reps);
+  return total;
+}
+
 // What run_loom() of a benchmark returns on every node; only node 0 prints `report`.
 template <typename Report>
 struct LoomResult {

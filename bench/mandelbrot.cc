@@ -611,16 +611,10 @@ LoomResult<Report> run_loom(const Args& args, int* argc, char*** argv) {
                  LoomSync{shared.barrier}, node_counters, &sent, &result.report);
     }
   });
-  shared.sent[node] = sent;
-  // Orders the writes above before node 0's reads below, like a barrier.
-  (void)loom::broadcast_ptr(header, 0);
+  const Sent total = sum_sent(sent, shared.sent, node, result.nodes, args.reps);
   if (node == 0) {
-    for (int n = 0; n < result.nodes; ++n) {
-      result.report.messages += shared.sent[n].messages;
-      result.report.bytes += shared.sent[n].bytes;
-    }
-    result.report.messages /= static_cast<uint64_t>(args.reps);
-    result.report.bytes /= static_cast<uint64_t>(args.reps);
+    result.report.messages = total.messages;
+    result.report.bytes = total.bytes;
     // Every other node is past the broadcast and touches none of these again.
     loom::free(shared.data.image);
     loom::free(shared.data.pool);

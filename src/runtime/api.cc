@@ -16,13 +16,8 @@
 namespace loom {
 namespace {
 
-[[noreturn]] void misuse(std::string_view what) { log::die(runtime::kExitConfig, what); }
-
-runtime::Runtime& rt(const char* caller) {
-  if (!initialized())
-    misuse(fmt::format("{}: Loom is not initialized (call loom::init first)", caller));
-  return runtime::current();
-}
+using runtime::misuse;
+runtime::Runtime& rt(const char* caller) { return runtime::runtime_for(caller); }
 
 memory::Placement to_placement(Placement p) { return static_cast<memory::Placement>(p); }
 
@@ -175,3 +170,15 @@ void loom_barrier_wait(loom_barrier_t* b) {
 }
 
 }  // extern "C"
+
+namespace loom::runtime {
+
+void misuse(std::string_view what) { log::die(kExitConfig, what); }
+
+Runtime& runtime_for(const char* caller) {
+  if (!initialized())
+    misuse(fmt::format("{}: Loom is not initialized (call loom::init first)", caller));
+  return current();
+}
+
+}  // namespace loom::runtime

@@ -96,4 +96,9 @@ void set_program_data(uintptr_t addr, size_t len);
 // The running node's runtime. REQUIRES: loom::init() was called.
 Runtime& current();
 
+// For the API layer: misuse of the API is reported in one line and stops the node
+// (kExitConfig); runtime_for() is current(), or that misuse if loom::init() has not run.
+[[noreturn]] void misuse(std::string_view what);
+Runtime& runtime_for(const char* caller);
+
 }  // namespace loom::runtime

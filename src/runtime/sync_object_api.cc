@@ -11,13 +11,8 @@
 namespace loom::detail {
 namespace {
 
-[[noreturn]] void misuse(std::string_view what) { log::die(runtime::kExitConfig, what); }
-
-runtime::Runtime& rt(const char* caller) {
-  if (!initialized())
-    misuse(fmt::format("{}: Loom is not initialized (call loom::init first)", caller));
-  return runtime::current();
-}
+using runtime::misuse;
+runtime::Runtime& rt(const char* caller) { return runtime::runtime_for(caller); }
 
 sync::Call& as_call(void* call) { return *static_cast<sync::Call*>(call); }
 

@@ -378,15 +378,8 @@ ObjectRef ObjectService::create(uint32_t cls, comm::NodeId home, std::span<const
       cls};
   counters_.created.fetch_add(1, std::memory_order_relaxed);
   if (home == me_) {
-    auto o = std::make_unique<Object>();
-    o->cls = cls;
-    o->state = classes()[cls].make(init);
-    {
-      MutexLock ol(o->mu);
-      o->view.assign(nodes_, 0);
-    }
-    MutexLock l(mu_);
-    objects_.emplace(ref.id, std::move(o));
+    Status s = install(ref.id, cls, init);
+    LOOM_CHECK(s.is_ok(), "creating synchronization object {:#x}: {}", ref.id, s.to_string());
     return ref;
   }
   std::vector<std::byte> payload;
@@ -419,22 +412,23 @@ Status ObjectService::on_create(comm::Incoming& in) {
             "classes and operations in the same order",
             me_, cls)));
   }
+  if (Status s = install(id, cls, init); !s) return s;
+  return comm_.reply(in.reply_to(), std::span<const std::byte>());
+}
+
+Status ObjectService::install(uint64_t id, uint32_t cls, std::span<const std::byte> init) {
   auto o = std::make_unique<Object>();
   o->cls = cls;
-  o->state = classes()[cls].make(init);
   {
     MutexLock ol(o->mu);
     o->view.assign(nodes_, 0);
   }
-  {
-    MutexLock l(mu_);
-    if (objects_.contains(id)) {
-      classes()[cls].destroy(o->state);
-      return Status::malformed(fmt::format("object.create: object {:#x} exists already", id));
-    }
-    objects_.emplace(id, std::move(o));
-  }
-  return comm_.reply(in.reply_to(), std::span<const std::byte>());
+  MutexLock l(mu_);
+  if (objects_.contains(id))
+    return Status::malformed(fmt::format("object.create: object {:#x} exists already", id));
+  o->state = classes()[cls].make(init);
+  objects_.emplace(id, std::move(o));
+  return Status::ok();
 }
 
 void ObjectService::destroy(const ObjectRef& obj) {

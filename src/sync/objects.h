@@ -218,6 +218,8 @@ class ObjectService {
   Status on_destroy(comm::Incoming& in);
   Status on_call(comm::Incoming& in);
   Object* find(uint64_t id) const;
+  // Builds object `id` of class `cls` here; kMalformed if it exists already.
+  Status install(uint64_t id, uint32_t cls, std::span<const std::byte> init);
   // Runs operation `op` for `w` on `o` (releasing callers' views merged first); the replies go
   // to `out`.
   void run(Object& o, uint64_t id, uint32_t op, std::span<const std::byte> arg, Waiting w,
