@@ -18,6 +18,10 @@
 //                                      hlrc_update): lock-protected counters and barrier-phased
 //                                      false sharing on each; every node checks the values and that
 //                                      each protocol handled faults
+//   protocol_check hybrid_pull PAGES   3+ nodes: node 1 writes PAGES hybrid pages homed on node 0
+//                                      under a lock (the diffs stay at node 1), node 2 then
+//                                      reads them all: node 0 pulls once, and node 1 answers
+//                                      with every kept diff of node 0's pages in one message
 //   protocol_check badname             loom::alloc naming a protocol that does not exist
 //
 // Every check prints "ok: ..." on success; failures print "FAILED: ..." and exit 1.
@@ -281,6 +285,66 @@ int mixed(int threads, int rounds) {
   return 0;
 }
 
+// --- hybrid: one pull brings every diff the writer keeps for the owner ----------------------
+
+int hybrid_pull(int pages) {
+  if (nodes() < 3) fail("hybrid_pull needs 3 nodes or more");
+  constexpr size_t kWords = 4096 / sizeof(uint64_t);
+  loom::AllocOptions opts = with("hybrid");
+  opts.placement = loom::Placement::kNode;
+  opts.node = 0;
+  auto* data = shared<uint64_t>(kWords * static_cast<size_t>(pages), opts);
+  struct Control {
+    loom::mutex lock;
+    uint64_t stage;
+  };
+  Control* c = nullptr;
+  if (me() == 0) {
+    c = static_cast<Control*>(loom::alloc(sizeof(Control), with("hlrc")));
+    new (c) Control{loom::mutex(), 0};
+  }
+  c = loom::broadcast_ptr(c, 0);
+  if (me() == 1) {
+    {
+      std::lock_guard<loom::mutex> g(c->lock);
+      for (int k = 0; k < pages; ++k) data[kWords * static_cast<size_t>(k)] = 1000 + k;
+      c->stage = 1;
+    }
+    // Stay away from the barrier (which sends every kept diff) until node 2 has read.
+    for (bool done = false; !done;) {
+      std::lock_guard<loom::mutex> g(c->lock);
+      done = c->stage == 2;
+    }
+  } else if (me() == 2) {
+    for (bool done = false; !done;) {
+      std::lock_guard<loom::mutex> g(c->lock);
+      if (c->stage != 1) continue;
+      for (int k = 0; k < pages; ++k) {
+        uint64_t v = data[kWords * static_cast<size_t>(k)];
+        check(v == static_cast<uint64_t>(1000 + k),
+              fmt::format("page {}: read {}, expected {}", k, v, 1000 + k));
+      }
+      c->stage = 2;
+      done = true;
+    }
+  }
+  loom::broadcast_ptr(nullptr, 0);
+  // Node 1 kept every diff (a lock release, nobody had pulled), node 0 pulled for node 2's first
+  // fault only: the answer held the other pages' diffs too.
+  if (me() == 1) {
+    uint64_t kept = protocol_counter("hybrid", "diffs_kept");
+    check(kept == static_cast<uint64_t>(pages),
+          fmt::format("node 1 kept {} diffs, expected {}", kept, pages));
+  }
+  if (me() == 0) {
+    uint64_t pulls = protocol_counter("hybrid", "pulls_sent");
+    check(pulls >= 1 && pulls <= 2,
+          fmt::format("node 0 sent {} pulls for {} pages, expected 1 (2 at most)", pulls, pages));
+  }
+  std::printf("ok: hybrid_pull node %d: %d pages read through one pull\n", me(), pages);
+  return 0;
+}
+
 int badname() {
   if (me() == nodes() - 1) {
     loom::AllocOptions o;
@@ -329,6 +393,7 @@ int main(int argc, char** argv) {
   if (mode == "flags") return flags(arg(2), argc > 3 ? argv[3] : "sc_mrsw");
   if (mode == "atomics") return atomics(arg(2), arg(3));
   if (mode == "mixed") return mixed(arg(2), arg(3));
+  if (mode == "hybrid_pull") return hybrid_pull(arg(2));
   if (mode == "badname") return badname();
   if (mode == "malformed")
     return malformed(argc > 2 ? argv[2] : "", argc > 3 ? std::atoi(argv[3]) : 0);

@@ -291,11 +291,12 @@ bool SingleOwner::fetch(PageId page, bool is_write) {
   PageEntry& e = table_.at(page);
   if (variant_ == Variant::kHybrid) {
     // The owner needs our own kept diffs of the page to answer (our `required` names them):
-    // send them ahead of the request instead of waiting to be pulled.
+    // send them ahead of the request instead of waiting to be pulled, with every other diff we
+    // keep for that owner (another node wrote a page we keep diffs of: it is being read).
     Batches mine;
     {
       MutexLock k(kept_mu_);
-      take_kept(page, &mine);
+      if (auto it = kept_.find(page); it != kept_.end()) take_kept_for(it->second.owner, &mine);
     }
     send_batches(mine);
   }
@@ -427,6 +428,14 @@ void SingleOwner::take_kept(PageId page, Batches* out) {
   for (const KeptDiff& d : it->second.diffs) add_entry(b, page, d.interval, d.prev, d.diff);
   counters_.kept_sent.fetch_add(it->second.diffs.size(), std::memory_order_relaxed);
   kept_.erase(it);
+}
+
+void SingleOwner::take_kept_for(int32_t owner, Batches* out) {
+  std::vector<PageId> pages;
+  for (const auto& [p, kp] : kept_)
+    if (kp.owner == owner) pages.push_back(p);
+  std::sort(pages.begin(), pages.end());  // the owner applies them in page order
+  for (PageId p : pages) take_kept(p, out);
 }
 
 void SingleOwner::close_interval(const IntervalStamp& next, ReleaseKind kind,
@@ -791,7 +800,9 @@ Status SingleOwner::on_pull(comm::Incoming& in) {
     if (it != kept_.end() && it->second.owner != static_cast<int32_t>(in.src()))
       return Status::malformed(fmt::format("pull for page {} from node {}, whose owner is node {}",
                                            page, in.src(), it->second.owner));
-    take_kept(page, &out);
+    // The owner is serving readers now: every other diff we keep for it goes along in the same
+    // message, instead of one pull round trip per page later.
+    take_kept_for(static_cast<int32_t>(in.src()), &out);
   }
   // note: nothing kept means the diffs are already on their way (sent at a barrier, or ahead
   // of our own fetch); the owner applies them when they arrive.

@@ -164,6 +164,8 @@ class SingleOwner final : public Protocol {
   Status on_update(comm::Incoming& in);
   // Appends the kept diffs of `page` to its owner's batch and forgets them.
   void take_kept(memory::PageId page, Batches* out) REQUIRES(kept_mu_);
+  // hybrid: moves every kept diff of `owner`'s pages into `out`, in page order.
+  void take_kept_for(int32_t owner, Batches* out) REQUIRES(kept_mu_);
 
   // The owner's fault. Returns false (and fills `pulls`) when the copy lacks kept diffs that
   // nobody has asked for yet: the caller sends the pulls without the lock and tries again.
