@@ -39,6 +39,52 @@ struct Sent {
   uint64_t messages = 0, bytes = 0;
 };
 
+// What this node sends during a timed section: the node's first thread (`on`) reads the
+// counters (a function returning Sent, e.g. node_counters) at start() and adds the difference to
+// *sent at stop(); the other threads do nothing.
+template <typename Counters>
+class SentMeter {
+ public:
+  SentMeter(bool on, Counters counters) : on_(on), counters_(counters) {}
+  void start() {
+    if (on_) before_ = counters_();
+  }
+  void stop(Sent* sent) {
+    if (!on_) return;
+    const Sent after = counters_();
+    sent->messages += after.messages - before_.messages;
+    sent->bytes += after.bytes - before_.bytes;
+  }
+
+ private:
+  bool on_;
+  Counters counters_;
+  Sent before_;
+};
+
+// The options of every benchmark that runs `--mode seq` or `--mode loom` (mandelbrot, tsp, is,
+// ep): --mode, --threads (per node), --reps, --json, into the fields of the same names.
+template <typename Args>
+void add_run_options(CLI::App* app, Args* args) {
+  app->add_option("--mode", args->mode, "seq or loom")->check(CLI::IsMember({"seq", "loom"}));
+  app->add_option("--threads", args->threads, "threads per node (loom mode)")
+      ->check(CLI::Range(1, 1024));
+  app->add_option("--reps", args->reps, "repetitions; the time is their median")
+      ->check(CLI::Range(1, 100000));
+  app->add_flag("--json", args->json, "one JSON object on one line");
+}
+
+// After parsing: seq mode runs one thread, and a build without Loom has no loom mode.
+template <typename Args>
+void check_run_options(const Args& args) {
+  if (args.mode == "seq" && args.threads != 1)
+    throw CLI::ValidationError("--threads", "seq mode runs one thread");
+#ifdef LOOM_BENCH_NO_DSM
+  if (args.mode == "loom")
+    throw CLI::ValidationError("--mode", "this build has no loom mode (LOOM_BENCH_NO_DSM)");
+#endif
+}
+
 // The common main() of the benchmarks that run `--mode seq` or `--mode loom` and print one
 // result on node 0 (mandelbrot, tsp): parses the command line (`parse(argc, argv, &args, &app)`
 // throws CLI errors), runs `seq(args)` or `loom(args, &argc, &argv)` (a LoomResult), prints

@@ -406,15 +406,11 @@ void run_thread(const Args& args, const PoolData& d, size_t g, size_t p, bool fi
     if (g == 0) pool.reset(args, d, p);
     barrier.wait();
     const auto t0 = std::chrono::steady_clock::now();
-    Sent before;
-    if (first_on_node) before = counters();
+    SentMeter meter(first_on_node, counters);
+    meter.start();
     compute(args, plane, d, g, p, pool);
     barrier.wait();
-    if (first_on_node) {
-      const Sent after = counters();
-      sent->messages += after.messages - before.messages;
-      sent->bytes += after.bytes - before.bytes;
-    }
+    meter.stop(sent);
     if (g == 0) {
       report->seconds.push_back(seconds_since(t0));
       pool.totals(d, &report->pixels, &report->blocks);
@@ -650,21 +646,11 @@ void parse(int argc, char** argv, Args* args, CLI::App* app) {
                   "how threads share the pool: semaphores (mutex + empty) or pool (the Pool "
                   "synchronization object)")
       ->check(CLI::IsMember({"semaphores", "pool"}));
-  app->add_option("--mode", args->mode, "seq or loom")->check(CLI::IsMember({"seq", "loom"}));
-  app->add_option("--threads", args->threads, "threads per node (loom mode)")
-      ->check(CLI::Range(1, 1024));
-  app->add_option("--reps", args->reps, "repetitions; the time is their median")
-      ->check(CLI::Range(1, 100000));
-  app->add_flag("--json", args->json, "one JSON object on one line");
+  add_run_options(app, args);
   app->parse(argc, argv);
   if (!(args->region[0] < args->region[1] && args->region[2] < args->region[3]))
     throw CLI::ValidationError("--region", "needs x0 < x1 and y0 < y1");
-  if (args->mode == "seq" && args->threads != 1)
-    throw CLI::ValidationError("--threads", "seq mode runs one thread");
-#ifdef LOOM_BENCH_NO_DSM
-  if (args->mode == "loom")
-    throw CLI::ValidationError("--mode", "this build has no loom mode (LOOM_BENCH_NO_DSM)");
-#endif
+  check_run_options(*args);
 }
 
 void print(const Args& args, int nodes, const std::string& protocol, const Report& report) {

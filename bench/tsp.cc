@@ -512,15 +512,11 @@ void run_thread(const Args& args, const Solver& solver, size_t g, bool first_on_
     if (g == 0) queue.reset(solver.root());
     barrier.wait();
     const auto t0 = std::chrono::steady_clock::now();
-    Sent before;
-    if (first_on_node) before = counters();
+    SentMeter meter(first_on_node, counters);
+    meter.start();
     search(args, solver, queue);
     barrier.wait();
-    if (first_on_node) {
-      const Sent after = counters();
-      sent->messages += after.messages - before.messages;
-      sent->bytes += after.bytes - before.bytes;
-    }
+    meter.stop(sent);
     if (g == 0) {
       report->seconds.push_back(seconds_since(t0));
       report->totals = queue.totals();
@@ -767,12 +763,7 @@ void parse(int argc, char** argv, Args* args, CLI::App* app) {
                   "how threads share the queue: lock (in shared memory under a lock) or object "
                   "(a synchronization object)")
       ->check(CLI::IsMember({"lock", "object"}));
-  app->add_option("--mode", args->mode, "seq or loom")->check(CLI::IsMember({"seq", "loom"}));
-  app->add_option("--threads", args->threads, "threads per node (loom mode)")
-      ->check(CLI::Range(1, 1024));
-  app->add_option("--reps", args->reps, "repetitions; the time is their median")
-      ->check(CLI::Range(1, 100000));
-  app->add_flag("--json", args->json, "one JSON object on one line");
+  add_run_options(app, args);
   app->parse(argc, argv);
   if (args->depth > args->cities) throw CLI::ValidationError("--depth", "must be at most --cities");
   const int64_t capacity = queue_capacity(args->cities, args->depth);
@@ -780,12 +771,7 @@ void parse(int argc, char** argv, Args* args, CLI::App* app) {
     throw CLI::ValidationError(
         "--depth", fmt::format("the queue could need {}+ records (at most {}); lower it", capacity,
                                kMaxQueue));
-  if (args->mode == "seq" && args->threads != 1)
-    throw CLI::ValidationError("--threads", "seq mode runs one thread");
-#ifdef LOOM_BENCH_NO_DSM
-  if (args->mode == "loom")
-    throw CLI::ValidationError("--mode", "this build has no loom mode (LOOM_BENCH_NO_DSM)");
-#endif
+  check_run_options(*args);
 }
 
 void print(const Args& args, int nodes, const std::string& protocol, const Report& report) {
