@@ -434,7 +434,7 @@ void SingleOwner::take_kept_for(int32_t owner, Batches* out) {
   std::vector<PageId> pages;
   for (const auto& [p, kp] : kept_)
     if (kp.owner == owner) pages.push_back(p);
-  std::sort(pages.begin(), pages.end());  // the owner applies them in page order
+  std::sort(pages.begin(), pages.end());  // page order, not the hash map's
   for (PageId p : pages) take_kept(p, out);
 }
 
