@@ -51,7 +51,13 @@ void Platform::release(ReleaseKind kind) {
   // note: HLRC (id 0) last. The others' releases finish their own work (eager invalidations)
   // before it returns; HLRC's closes the interval whose notices the next acquirer receives,
   // with the pages the notice-using protocols wrote in it.
+  bool work = false;
+  for (const Protocol* p : protocols_) work = work || p->has_release_work(kind);
   MutexLock l(release_mu_);
+  // Nothing written here since the last release: the interval goes on. (Still through the
+  // mutex: a release running on another thread may have taken this thread's pages, and they
+  // must be announced before this release returns.)
+  if (!work) return;
   for (size_t k = protocols_.size(); k-- > 1;) protocols_[k]->release();
   const IntervalStamp next = notices_.next_interval();
   std::vector<PageWrite> written;

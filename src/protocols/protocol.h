@@ -87,6 +87,14 @@ class Protocol {
   // The node acquired: writes released before the matching release must become visible.
   // Application threads.
   virtual void acquire() = 0;
+  // Whether release() and close_interval(`kind`, ...) have anything to do (pages written here
+  // since the last release, say). A release calls every protocol of the platform and most have
+  // nothing to do, so the platform skips the release altogether when none has. Must not wait.
+  // Default: always.
+  virtual bool has_release_work(ReleaseKind kind) const {
+    (void)kind;
+    return true;
+  }
 
   // For protocols built on the write-notice machinery (lrc_mw, single_owner). A release closes
   // the node's interval: after every protocol's release(), each one appends the pages it wrote

@@ -222,8 +222,7 @@ CounterList Hlrc::counter_list() const {
 void Hlrc::add_dirty(PageId page, PageEntry& e) {
   if (e.in_dirty_list) return;
   e.in_dirty_list = true;
-  MutexLock l(dirty_mu_);
-  dirty_.push_back(page);
+  dirty_.add(page);
 }
 
 bool Hlrc::on_fault(void* addr, bool is_write) {
@@ -423,11 +422,7 @@ void Hlrc::release_interval(const IntervalStamp& next, std::vector<PageWrite> wr
 }
 
 void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> written) {
-  std::vector<PageId> pages;
-  {
-    MutexLock l(dirty_mu_);
-    pages.swap(dirty_);
-  }
+  std::vector<PageId> pages = dirty_.take();
   if (pages.empty() && written.empty()) return;
   std::sort(pages.begin(), pages.end());
   const uint32_t interval = next.interval;

@@ -46,6 +46,7 @@
 #include "memory/heap.h"
 #include "memory/page_table.h"
 #include "protocols/consistency.h"
+#include "protocols/dirty_list.h"
 #include "protocols/hlrc/notices.h"
 #include "protocols/protocol.h"
 
@@ -131,6 +132,7 @@ class Hlrc final : public Protocol, public Consistency {
   // Consistency (HLRC alone, as in the simulator's HLRC-only nodes): HLRC sends its diffs at
   // every release, whatever it is for.
   void release(ReleaseKind /*kind*/) override { release(); }
+  bool has_release_work(ReleaseKind /*kind*/) const override { return !dirty_.empty(); }
   // The notice core's side of a release when several protocols take part (Platform::release):
   // the label the next interval of this node gets, and closing it with the pages other
   // protocols wrote in it (`written`; they appear in the record next to HLRC's own pages).
@@ -275,8 +277,7 @@ class Hlrc final : public Protocol, public Consistency {
   ForeignPages foreign_;  // set before the node starts
 
   // Pages written in the current interval.
-  Mutex dirty_mu_ ACQUIRED_AFTER(release_mu_);
-  std::vector<memory::PageId> dirty_ GUARDED_BY(dirty_mu_);
+  DirtyList dirty_;
 
   // One release at a time per node (intervals are per node).
   Mutex release_mu_;

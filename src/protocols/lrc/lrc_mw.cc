@@ -140,8 +140,7 @@ std::string LrcMw::dump_page(PageId page) {
 void LrcMw::add_dirty(PageId page, PageEntry& e) {
   if (e.in_dirty_list) return;
   e.in_dirty_list = true;
-  MutexLock l(dirty_mu_);
-  dirty_.push_back(page);
+  dirty_.add(page);
 }
 
 // --- Faults ---------------------------------------------------------------------------------
@@ -315,11 +314,8 @@ void LrcMw::install_base(PageId page, PageEntry& e, comm::NodeId writer,
 
 void LrcMw::close_interval(const IntervalStamp& next, ReleaseKind /*kind*/,
                            std::vector<PageWrite>* written) {
-  std::vector<PageId> pages;
-  {
-    MutexLock l(dirty_mu_);
-    pages.swap(dirty_);
-  }
+  std::vector<PageId> pages = dirty_.take();
+  if (pages.empty()) return;  // nothing written here: the common case of an unused protocol
   std::sort(pages.begin(), pages.end());
   in_stripe_batches(table_, pages, [&](const std::vector<PageId>& batch) {
     // Write-protect first: a local thread writing meanwhile faults and waits for the stripe, so

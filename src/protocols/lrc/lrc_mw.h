@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
+#include "protocols/dirty_list.h"
 #include "protocols/protocol.h"
 
 namespace loom::protocols::lrc {
@@ -73,6 +74,7 @@ class LrcMw final : public Protocol {
   bool on_fault(void* addr, bool is_write) override;
   void release() override {}  // the work is in close_interval()
   void acquire() override {}  // invalidations come through invalidate()
+  bool has_release_work(ReleaseKind) const override { return !dirty_.empty(); }
   void close_interval(const IntervalStamp& next, ReleaseKind kind,
                       std::vector<PageWrite>* written) override;
   void invalidate(std::vector<memory::PageId> pages) override;
@@ -97,7 +99,7 @@ class LrcMw final : public Protocol {
   // Installs a writer's base copy (its page and version) in a page never used here.
   void install_base(memory::PageId page, memory::PageEntry& e, comm::NodeId writer,
                     std::span<const std::byte> reply);
-  void add_dirty(memory::PageId page, memory::PageEntry& e) EXCLUDES(dirty_mu_);
+  void add_dirty(memory::PageId page, memory::PageEntry& e);
   Status on_diff_request(comm::Incoming& in);
 
   comm::Comm& comm_;
@@ -118,8 +120,7 @@ class LrcMw final : public Protocol {
   std::vector<memory::PageId> used_ GUARDED_BY(used_mu_);
 
   // Pages written in the current interval.
-  Mutex dirty_mu_;
-  std::vector<memory::PageId> dirty_ GUARDED_BY(dirty_mu_);
+  DirtyList dirty_;
 
   // This node's diffs, per page in interval order. Taken after a stripe lock, never before.
   Mutex diffs_mu_;

@@ -176,10 +176,7 @@ bool OwnerProtocol::copies_elsewhere(const PageEntry& e) const {
   return false;
 }
 
-void OwnerProtocol::mark_dirty(PageId page) {
-  MutexLock l(dirty_mu_);
-  dirty_.push_back(page);
-}
+void OwnerProtocol::mark_dirty(PageId page) { dirty_.add(page); }
 
 std::vector<std::byte> OwnerProtocol::grant_payload(PageId page, const PageEntry& e, uint32_t epoch,
                                                     bool write) {
@@ -412,11 +409,7 @@ bool OwnerProtocol::on_fault(void* addr, bool is_write) {
 void OwnerProtocol::release() {
   if (mode_ != Mode::kEagerRelease) return;
   MutexLock rl(release_mu_);
-  std::vector<PageId> pages;
-  {
-    MutexLock l(dirty_mu_);
-    pages.swap(dirty_);
-  }
+  std::vector<PageId> pages = dirty_.take();
   if (pages.empty()) return;
   std::sort(pages.begin(), pages.end());
   pages.erase(std::unique(pages.begin(), pages.end()), pages.end());

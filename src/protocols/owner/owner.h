@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
+#include "protocols/dirty_list.h"
 #include "protocols/protocol.h"
 
 namespace loom::protocols::owner {
@@ -68,6 +69,9 @@ class OwnerProtocol final : public Protocol {
   bool on_fault(void* addr, bool is_write) override;
   void release() override;
   void acquire() override {}
+  bool has_release_work(ReleaseKind) const override {
+    return mode_ == Mode::kEagerRelease && !dirty_.empty();
+  }
   CounterList counter_list() const override;
   std::string dump_page(memory::PageId page) override;
 
@@ -125,7 +129,7 @@ class OwnerProtocol final : public Protocol {
   void add_copy(memory::PageEntry& e, uint32_t node);
   bool copies_elsewhere(const memory::PageEntry& e) const;
   void set_prot(memory::PageId page, memory::PageEntry& e, memory::Prot prot);
-  void mark_dirty(memory::PageId page) EXCLUDES(dirty_mu_);
+  void mark_dirty(memory::PageId page);
   std::vector<std::byte> grant_payload(memory::PageId page, const memory::PageEntry& e,
                                        uint32_t epoch, bool write);
   void flush(std::vector<Out>& out);
@@ -151,8 +155,7 @@ class OwnerProtocol final : public Protocol {
   std::unordered_map<memory::PageId, Work> work_ GUARDED_BY(work_mu_);
 
   // erc_sw: owned pages written while copies existed since the last release.
-  Mutex dirty_mu_;
-  std::vector<memory::PageId> dirty_ GUARDED_BY(dirty_mu_);
+  DirtyList dirty_;
   Mutex release_mu_;
 };
 

@@ -178,8 +178,7 @@ std::string SingleOwner::dump_page(PageId page) {
 void SingleOwner::add_dirty(PageId page, PageEntry& e) {
   if (e.in_dirty_list) return;
   e.in_dirty_list = true;
-  MutexLock l(dirty_mu_);
-  dirty_.push_back(page);
+  dirty_.add(page);
 }
 
 void SingleOwner::twin(PageId page, PageEntry& e) {
@@ -440,14 +439,13 @@ void SingleOwner::take_kept_for(int32_t owner, Batches* out) {
 
 void SingleOwner::close_interval(const IntervalStamp& next, ReleaseKind kind,
                                  std::vector<PageWrite>* written) {
-  std::vector<PageId> pages;
-  {
-    MutexLock l(dirty_mu_);
-    pages.swap(dirty_);
-  }
-  std::sort(pages.begin(), pages.end());
+  std::vector<PageId> pages = dirty_.take();
   // hybrid: a lock release may keep a page's diff here; a barrier sends everything.
   const bool may_keep = variant_ == Variant::kHybrid && kind == ReleaseKind::kLock;
+  // Nothing written here since the last release (the common case of an unused protocol, and of
+  // lock-only sections): nothing to send, except a hybrid node's kept diffs at a barrier.
+  if (pages.empty() && (variant_ != Variant::kHybrid || kind != ReleaseKind::kBarrier)) return;
+  std::sort(pages.begin(), pages.end());
   Batches batches;  // diffs per owner
   Batches updates;  // hlrc_update: our own diffs of pages we own, per copy holder
   std::vector<std::byte> diff;

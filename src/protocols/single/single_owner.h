@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "base/thread_annotations.h"
+#include "protocols/dirty_list.h"
 #include "protocols/protocol.h"
 
 namespace loom::protocols::single {
@@ -106,6 +107,10 @@ class SingleOwner final : public Protocol {
   bool on_fault(void* addr, bool is_write) override;
   void release() override {}  // the work is in close_interval()
   void acquire() override {}  // invalidations come through invalidate()
+  // hybrid: a barrier sends the kept diffs and resets the eagerness observations.
+  bool has_release_work(ReleaseKind kind) const override {
+    return !dirty_.empty() || (variant_ == Variant::kHybrid && kind == ReleaseKind::kBarrier);
+  }
   void close_interval(const IntervalStamp& next, ReleaseKind kind,
                       std::vector<PageWrite>* written) override;
   void invalidate(std::vector<memory::PageId> pages) override;
@@ -183,8 +188,7 @@ class SingleOwner final : public Protocol {
   void install(memory::PageId page, memory::PageEntry& e, uint32_t asked,
                std::span<const std::byte> reply) REQUIRES(table_.lock_of(page));
   void twin(memory::PageId page, memory::PageEntry& e) REQUIRES(table_.lock_of(page));
-  void add_dirty(memory::PageId page, memory::PageEntry& e) REQUIRES(table_.lock_of(page))
-      EXCLUDES(dirty_mu_);
+  void add_dirty(memory::PageId page, memory::PageEntry& e) REQUIRES(table_.lock_of(page));
 
   Status on_read_request(comm::Incoming& in);
   Status on_diffs(comm::Incoming& in);
@@ -212,8 +216,7 @@ class SingleOwner final : public Protocol {
   Mutant mutant_ = Mutant::kNone;
 
   // Pages written in the current interval.
-  Mutex dirty_mu_;
-  std::vector<memory::PageId> dirty_ GUARDED_BY(dirty_mu_);
+  DirtyList dirty_;
 
   // Owner side: requests and diffs that wait for diffs not arrived yet (keyed by page; taken
   // after the page's stripe lock).
