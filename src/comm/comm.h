@@ -130,6 +130,11 @@ class Comm final : private TransportSink, public Poller {
   bool poll();
   // Poller: drives the transport without running handlers (for waiting application threads).
   bool poll_for_waiter() override;
+  void waiter_spun(int64_t ns) override {
+    waiter_spin_ns_.fetch_add(ns, std::memory_order_relaxed);
+  }
+  // Total time application threads of this node spent polling in waits.
+  int64_t waiter_spin_ns() const { return waiter_spin_ns_.load(std::memory_order_relaxed); }
 
   // Heartbeats and peer timeouts. Call from the dispatcher every few milliseconds to heartbeat_ns.
   void tick(int64_t now);
@@ -210,6 +215,7 @@ class Comm final : private TransportSink, public Poller {
   std::atomic<bool> failed_{false};
   std::atomic<bool> aborted_by_peer_{false};
   std::atomic<bool> shutting_down_{false};
+  std::atomic<int64_t> waiter_spin_ns_{0};
   Mutex fatal_mu_;
   std::function<void(const Status&)> fatal_handler_ GUARDED_BY(fatal_mu_);
 };

@@ -85,10 +85,12 @@ const Status& Completion::wait(Poller* poller, int64_t spin_ns) {
       yield_to_dispatcher();
     }
     if ((++n & 63) == 0 && now_ns() - start > spin_ns) {
+      if (poller != nullptr) poller->waiter_spun(now_ns() - start);
       sleep_until_done(-1);
-      break;
+      return status_;
     }
   }
+  if (poller != nullptr) poller->waiter_spun(now_ns() - start);
   return status_;
 }
 

@@ -23,6 +23,9 @@ class Poller {
  public:
   // Returns true if it did anything.
   virtual bool poll_for_waiter() = 0;
+  // A waiter spent `ns` polling (then it finished or went to sleep): CPU time that was not the
+  // application's own work (see ServerThread's spin policy).
+  virtual void waiter_spun(int64_t ns) { (void)ns; }
 
  protected:
   ~Poller() = default;

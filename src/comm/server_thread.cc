@@ -3,6 +3,7 @@
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -25,6 +26,12 @@ void epoll_add(int epfd, int fd, uint64_t tag) {
   ev.data.u64 = tag;
   LOOM_CHECK(epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) == 0, "epoll_ctl(ADD, fd {}): {}", fd,
              std::strerror(errno));
+}
+
+int64_t cpu_ns(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
 }
 
 }  // namespace
@@ -74,6 +81,7 @@ void ServerThread::loop() {
   int64_t idle_since = now;
   int64_t next_tick = now + opts_.tick_ns;
   unsigned spins = 0;
+  bool may_spin = true;  // decided when the node becomes idle
   while (!stop_.load(std::memory_order_acquire)) {
     int64_t before = now_ns();
     bool did = comm_.poll();
@@ -88,7 +96,11 @@ void ServerThread::loop() {
       spins = 0;
       continue;
     }
-    if (now - idle_since < opts_.spin_ns) {
+    if (spins == 0 && opts_.spin_ns > 0) {
+      may_spin = !app_computing(now);
+      if (!may_spin) spins_skipped_.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (may_spin && now - idle_since < opts_.spin_ns) {
       // note: yield now and then so a computing thread on this core is not starved by our spin.
       if ((++spins & 15) == 0)
         sched_yield();
@@ -98,7 +110,20 @@ void ServerThread::loop() {
     }
     sleep_until_event(now, next_tick);
     idle_since = now_ns();
+    spins = 0;
   }
+}
+
+bool ServerThread::app_computing(int64_t now) {
+  if (now - sample_.at < kSampleNs) return computing_;
+  Sample s{now, cpu_ns(CLOCK_PROCESS_CPUTIME_ID), cpu_ns(CLOCK_THREAD_CPUTIME_ID),
+           comm_.waiter_spin_ns()};
+  // The process's CPU time but this thread's and the waiters' polling: the application's work
+  // (its computation, and the fault handling and releases it does itself).
+  int64_t app = (s.process - sample_.process) - (s.self - sample_.self) - (s.spun - sample_.spun);
+  computing_ = app * kComputingShare > s.at - sample_.at;
+  sample_ = s;
+  return computing_;
 }
 
 void ServerThread::sleep_until_event(int64_t now, int64_t next_tick) {

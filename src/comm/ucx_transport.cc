@@ -27,7 +27,14 @@ class SCOPED_CAPABILITY UcxTransport::WorkerLock {
  public:
   explicit WorkerLock(UcxTransport* t) ACQUIRE(t->worker_mu_) NO_THREAD_SAFETY_ANALYSIS : t_(t) {
     if (t_worker_holder == t_) return;
-    t_->worker_mu_.lock();
+    if (!t_->worker_mu_.try_lock()) {
+      // Announce the wait: the server thread's polling loop then leaves the lock alone until we
+      // have had it (it would otherwise take it back before this thread wakes up, again and
+      // again, while it spins for messages).
+      t_->lock_waiters_.fetch_add(1, std::memory_order_relaxed);
+      t_->worker_mu_.lock();
+      t_->lock_waiters_.fetch_sub(1, std::memory_order_relaxed);
+    }
     owned_ = true;
     t_worker_holder = t_;
   }
@@ -465,6 +472,7 @@ bool UcxTransport::progress_locked() {
 
 bool UcxTransport::progress() {
   LOOM_CHECK(t_worker_holder != this, "progress() called from inside a UCX callback");
+  if (lock_waiters_.load(std::memory_order_relaxed) > 0) return false;  // let them in first
   WorkerLock lock(this);
   return progress_locked();
 }

@@ -110,6 +110,7 @@ class UcxTransport final : public Transport {
   static void ep_error(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   Mutex worker_mu_;
+  std::atomic<int> lock_waiters_{0};  // threads blocked on worker_mu_ (see WorkerLock)
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;

@@ -191,10 +191,10 @@ void Runtime::start_memory() {
   objects_ = std::make_unique<sync::ObjectService>(*comm_, *platform_);
   hlrc_->init_static_pages();
   // Registered before the start-up barrier: no peer can send these types earlier.
-  for (Status s : {heap_->register_messages(), platform_->register_messages(),
-                   locks_->register_messages(), barriers_->register_messages(),
-                   conds_->register_messages(), objects_->register_messages(),
-                   register_parmacs_messages(*this)})
+  for (Status s :
+       {heap_->register_messages(), platform_->register_messages(), locks_->register_messages(),
+        barriers_->register_messages(), conds_->register_messages(), objects_->register_messages(),
+        register_parmacs_messages(*this)})
     LOOM_CHECK(s.is_ok(), "registering message types: {}", s.to_string());
   if (Status s = memory::install_fault_handler(space_.get(), platform_.get()); !s)
     log::die(kExitJobFailed, s.to_string());
@@ -258,14 +258,11 @@ nlohmann::json Runtime::dsm_json() const {
   j["chunks_taken"] = hs.chunks;
   j["home_queries"] = hs.home_queries;
   auto ms = [](uint64_t ns) { return static_cast<double>(ns) / 1e6; };
-  j["time_ms"] = {{"fault_handler", ms(v(c.fault_ns))},
-                  {"fetch_wait", ms(v(c.fetch_wait_ns))},
-                  {"page_fetch", ms(v(c.fetch_ns))},
-                  {"home_wait", ms(v(c.home_wait_ns))},
-                  {"lock_wait", ms(v(l.wait_ns))},
-                  {"barrier_wait", ms(v(b.wait_ns))},
-                  {"object_call_wait", ms(v(o.wait_ns))},
-                  {"handlers", ms(server_->stats().handler_ns)}};
+  j["time_ms"] = {
+      {"fault_handler", ms(v(c.fault_ns))},   {"fetch_wait", ms(v(c.fetch_wait_ns))},
+      {"page_fetch", ms(v(c.fetch_ns))},      {"home_wait", ms(v(c.home_wait_ns))},
+      {"lock_wait", ms(v(l.wait_ns))},        {"barrier_wait", ms(v(b.wait_ns))},
+      {"object_call_wait", ms(v(o.wait_ns))}, {"handlers", ms(server_->stats().handler_ns)}};
   // The other protocols' own counters, by name.
   std::vector<std::string> names = protocols::protocol_names();
   for (size_t id = 1; id < platform_->size() && id < names.size(); ++id) {
@@ -303,7 +300,8 @@ std::string Runtime::stats_json() const {
   j["messages"] = comm_->counters().to_json(comm_->registry());
   j["dsm"] = dsm_json();
   auto st = server_->stats();
-  j["server"] = {{"sleeps", st.sleeps}, {"wakeups", st.wakeups}};
+  j["server"] = {
+      {"sleeps", st.sleeps}, {"wakeups", st.wakeups}, {"spins_skipped", st.spins_skipped}};
   return j.dump(2);
 }
 
