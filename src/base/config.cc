@@ -37,6 +37,10 @@ const ConfigRow kRows[] = {
     {"SPIN_US", ConfigType::kInt, "50",
      "How long the server thread keeps polling after its last event before it sleeps (us).", "", 0,
      1000000},
+    {"SPIN_WHILE_COMPUTING", ConfigType::kBool, "0",
+     "Let the server thread spin (SPIN_US) even while this node's application threads compute. "
+     "Off: it sleeps at once then, so it does not take their cores; turn on where every node "
+     "has a spare core."},
     {"WAIT_SPIN_US", ConfigType::kInt, "100",
      "How long an application thread waiting for a reply polls before it sleeps (us).", "", 0,
      1000000},

@@ -96,7 +96,7 @@ void ServerThread::loop() {
       spins = 0;
       continue;
     }
-    if (spins == 0 && opts_.spin_ns > 0) {
+    if (spins == 0 && opts_.spin_ns > 0 && !opts_.spin_while_computing) {
       may_spin = !app_computing(now);
       if (!may_spin) spins_skipped_.fetch_add(1, std::memory_order_relaxed);
     }

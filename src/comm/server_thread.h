@@ -37,6 +37,7 @@ class ServerThread {
   struct Options {
     int64_t spin_ns = 50'000;
     int64_t tick_ns = 100'000'000;
+    bool spin_while_computing = false;  // skip the policy above: always spin
   };
   struct Stats {
     uint64_t sleeps = 0;         // times the thread went to sleep

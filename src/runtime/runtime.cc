@@ -86,6 +86,7 @@ std::unique_ptr<Runtime> Runtime::start() {
 
   comm::ServerThread::Options sopts;
   sopts.spin_ns = rt->config_.get_int("SPIN_US") * 1000;
+  sopts.spin_while_computing = rt->config_.get_bool("SPIN_WHILE_COMPUTING");
   sopts.tick_ns = std::min<int64_t>(rt->comm_->options().heartbeat_ns / 2, 100'000'000);
   rt->server_ = std::make_unique<comm::ServerThread>(*rt->comm_, *rt->transport_, sopts);
   if (int fd = rt->bootstrap_->event_fd(); fd >= 0) {
