@@ -328,6 +328,54 @@ TEST(CommLoopback, WaitingThreadQueuesRequestsForTheDispatcher) {
   EXPECT_EQ(string_of(req.reply.span()), "echo:q");
 }
 
+// Node 0's server thread (a 200 us spin) while another thread of the process computes or
+// sleeps, and node 1 sends it a note every 2 ms: the server's statistics afterwards.
+ServerThread::Stats run_spin_policy(bool compute, bool spin_while_computing) {
+  Cluster cl(2);
+  std::atomic<int> notes{0};
+  EXPECT_TRUE(cl.comms[0]
+                  ->registry()
+                  .add(kNote, "note",
+                       [&](Incoming&) {
+                         notes.fetch_add(1);
+                         return Status::ok();
+                       })
+                  .is_ok());
+  ServerThread server(*cl.comms[0], cl.fabric.endpoint(0),
+                      ServerThread::Options{200'000, 5'000'000, spin_while_computing});
+  server.start();
+  std::atomic<bool> stop{false};
+  std::thread app([&] {
+    volatile uint64_t work = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      if (compute)
+        work = work + 1;
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  constexpr int kNotes = 100;
+  for (int i = 0; i < kNotes; ++i) {
+    EXPECT_TRUE(cl.comms[1]->send(0, kNote, kNothing).is_ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (int i = 0; i < 5000 && notes.load() < kNotes; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(notes.load(), kNotes);
+  stop.store(true);
+  app.join();
+  server.stop();
+  return server.stats();
+}
+
+TEST(ServerSpinPolicy, SleepsAtOnceWhileTheApplicationComputes) {
+  EXPECT_GT(run_spin_policy(/*compute=*/true, false).spins_skipped, 50u);
+  // Nothing computes: the server spins after each note as before.
+  EXPECT_LE(run_spin_policy(/*compute=*/false, false).spins_skipped, 5u);
+  // LOOM_SPIN_WHILE_COMPUTING: always spin.
+  EXPECT_EQ(run_spin_policy(/*compute=*/true, true).spins_skipped, 0u);
+}
+
 TEST(CommLoopback, SilentPeerIsDetectedByHeartbeatTimeout) {
   CommOptions o;
   o.heartbeat_ns = 10'000'000;
