@@ -62,7 +62,7 @@ bool Completion::sleep_until_done(int64_t timeout_ns) {
 }
 
 // The waiter took something off the network that did not finish its wait: most likely a
-// message it queued for the dispatcher (a lock grant, a barrier release), whose handler is what
+// message it queued for the dispatcher (a lock grant, say), whose handler is what
 // will finish the wait. The server thread that runs it is runnable, often on this very CPU;
 // spinning on would keep it off the CPU for the rest of the spin window (measured: 114 us per
 // barrier with a 100 us window), so give the CPU up once.

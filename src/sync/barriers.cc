@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "base/log.h"
 
 namespace loom::sync {
@@ -11,9 +13,10 @@ using protocols::ByteWriter;
 using protocols::VectorTime;
 namespace hl = protocols::hlrc;
 
-// Arrival:  u64 id, u32 count, u32 flags, u64 episode, vt, vt validated, record set
-// Release:  u64 id, u64 episode, vt (release), u32 has_floor, [vt floor], u32 flags,
-//           vt all_validated, record set
+// Arrival (a request):  u64 id, u32 count, u32 flags, u64 episode, vt, vt validated, record set
+// Release (its reply):  u64 id, u64 episode, vt (release), u32 has_floor, [vt floor], u32 flags,
+//                       vt all_validated, record set; or empty (another arrival of the node
+//                       gets the release)
 // flags bit 0: arrival: this node wants a collection; release: every node collects.
 namespace {
 constexpr uint32_t kFlagCollect = 1;
@@ -43,13 +46,13 @@ Status BarrierService::register_messages() {
     if (p.size() >= 8) std::memcpy(&id, p.data(), 8);
     return fmt::format("barrier={:#x} bytes={}", id, p.size());
   };
-  Status s = reg.add(
-      msg::kBarrierArrive, "barrier.arrive",
-      [this](comm::Incoming& in) { return on_arrive(in.src(), in.payload()); }, print);
-  if (!s) return s;
   return reg.add(
-      msg::kBarrierRelease, "barrier.release",
-      [this](comm::Incoming& in) { return on_release(in.payload()); }, print);
+      msg::kBarrierArrive, "barrier.arrive",
+      [this](comm::Incoming& in) {
+        if (!in.reply_to().valid()) return Status::malformed("barrier arrival: not a request");
+        return on_arrive(in.src(), in.reply_to(), in.payload());
+      },
+      print);
 }
 
 void BarrierService::wait(uint64_t id, uint32_t count) {
@@ -74,12 +77,20 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
   int64_t t0 = comm::now_ns();
   comm::NodeId mgr = manager_of(id, nodes_);
   if (mgr == me_) {
-    Status s = on_arrive(me_, payload);
+    Status s = on_arrive(me_, comm::ReplyTo{}, payload);
     LOOM_CHECK(s.is_ok(), "barrier {:#x}: {}", id, s.to_string());
   } else {
-    Status s = comm_.send(mgr, msg::kBarrierArrive, payload);
+    comm::Comm::Request req;
+    Status s = comm_.start_request(mgr, msg::kBarrierArrive, payload, &req);
     LOOM_CHECK(s.is_ok(), "barrier {:#x}: sending the arrival to node {}: {}", id, mgr,
                s.to_string());
+    const Status& r = comm_.wait(req.done);
+    LOOM_CHECK(r.is_ok(), "barrier {:#x}: waiting for node {}: {}", id, mgr, r.to_string());
+    // The release, or nothing if another arrival of this node got it (it wakes us).
+    if (req.reply.size() != 0) {
+      Status rs = on_release(req.reply.span());
+      LOOM_CHECK(rs.is_ok(), "barrier {:#x}: release from node {}: {}", id, mgr, rs.to_string());
+    }
   }
   const Status& s = comm_.wait(w.done);
   LOOM_CHECK(s.is_ok(), "barrier {:#x}: {}", id, s.to_string());
@@ -91,7 +102,8 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
   }
 }
 
-Status BarrierService::on_arrive(comm::NodeId src, std::span<const std::byte> payload) {
+Status BarrierService::on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
+                                 std::span<const std::byte> payload) {
   ByteReader r(payload);
   uint64_t id, episode;
   uint32_t count, flags;
@@ -108,7 +120,8 @@ Status BarrierService::on_arrive(comm::NodeId src, std::span<const std::byte> pa
   if (!recs) return recs.status();
 
   std::vector<std::byte> release;
-  std::vector<comm::NodeId> targets;
+  std::vector<comm::ReplyTo> replies;
+  bool local = false;  // this node has waiters to release
   {
     MutexLock l(mgr_mu_);
     Managed& m = managed_[id];
@@ -132,22 +145,22 @@ Status BarrierService::on_arrive(comm::NodeId src, std::span<const std::byte> pa
       m.min_validated[w] = std::min(m.min_validated[w], (*validated)[w]);
     }
     m.collect = m.collect || (flags & kFlagCollect) != 0;
+    if (reply.valid()) m.replies.push_back(reply);
     for (hl::Record& rec : *recs) {
       auto key = std::make_pair(rec.writer, rec.interval);
       m.records.try_emplace(key, std::move(rec));
     }
     if (m.arrived < m.count) return Status::ok();
 
-    for (comm::NodeId n = 0; n < nodes_; ++n) {
-      if (m.from[n]) {
-        targets.push_back(n);
-      }
-    }
-    if (targets.size() != nodes_)
+    const auto arrived_nodes =
+        static_cast<uint32_t>(std::count(m.from.begin(), m.from.end(), true));
+    if (arrived_nodes != nodes_)
       log::die(3, fmt::format("barrier {:#x}: an episode of {} arrivals completed with threads of "
                               "only {} of the {} nodes; Loom barriers need at least one thread of "
                               "every node in each episode",
-                              id, m.count, targets.size(), nodes_));
+                              id, m.count, arrived_nodes, nodes_));
+    local = m.from[me_];
+    replies.swap(m.replies);
     ByteWriter w(&release);
     w.u64(id);
     w.u64(m.episode);
@@ -167,15 +180,18 @@ Status BarrierService::on_arrive(comm::NodeId src, std::span<const std::byte> pa
     ++m.episode;
     counters_.episodes_managed.fetch_add(1, std::memory_order_relaxed);
   }
-  for (comm::NodeId n : targets) {
-    if (n == me_) {
-      Status s = on_release(release);
-      LOOM_CHECK(s.is_ok(), "barrier {:#x}: {}", id, s.to_string());
-      continue;
-    }
-    Status s = comm_.send(n, msg::kBarrierRelease, release);
-    LOOM_CHECK(s.is_ok(), "barrier {:#x}: sending the release to node {}: {}", id, n,
+  // note: replies first; the local waiters' release (notices, garbage collection) can wait.
+  std::vector<bool> answered(nodes_, false);
+  for (const comm::ReplyTo& to : replies) {
+    const bool first = !answered[to.node];
+    answered[to.node] = true;
+    Status s = first ? comm_.reply(to, release) : comm_.reply(to, std::span<const std::byte>());
+    LOOM_CHECK(s.is_ok(), "barrier {:#x}: sending the release to node {}: {}", id, to.node,
                s.to_string());
+  }
+  if (local) {
+    Status s = on_release(release);
+    LOOM_CHECK(s.is_ok(), "barrier {:#x}: {}", id, s.to_string());
   }
   return Status::ok();
 }

@@ -3,8 +3,12 @@
 // A barrier id has a manager node (by hash). Each arriving thread first releases (its node's
 // interval ends), then sends an arrival carrying its node's vector time and the write notices
 // above the barrier's last release vector time (everything the other nodes might lack). The
-// manager merges them; the last arrival makes it send one release to every node that arrived,
-// with the merged notices. Woken threads acquire (apply the notices) before returning.
+// manager merges them; the last arrival makes it answer every arrival: the first one of each
+// node with the release (the merged notices), the node's others with an empty reply. The
+// arrival is a request, so its reply reaches the waiting thread itself (it polls the network
+// while it waits): that thread processes the release and wakes the node's other waiters, with
+// no hop through its node's server thread. Woken threads acquire (apply the notices) before
+// returning.
 //
 // Every episode must include at least one thread of every node (count >= nodes): that is what
 // lets each node send only the notices above the previous release, and lets every node drop
@@ -14,7 +18,8 @@
 //
 // TODO(scale): the manager is centralized; a tree (or dissemination) for many nodes.
 //
-// Thread safety: wait() from application threads; handlers on the server thread.
+// Thread safety: wait() from application threads; on_arrive on the server thread (remote
+// arrivals) or the manager's arriving thread; on_release on the thread that got the release.
 #pragma once
 
 #include <atomic>
@@ -62,7 +67,8 @@ class BarrierService {
     uint64_t episode = 0;
     uint32_t count = 0;
     uint32_t arrived = 0;
-    std::vector<bool> from;  // nodes that arrived
+    std::vector<bool> from;              // nodes that arrived
+    std::vector<comm::ReplyTo> replies;  // the remote arrivals, answered at the release
     protocols::VectorTime max_vt;
     std::map<std::pair<uint32_t, uint32_t>, protocols::hlrc::Record> records;
     protocols::VectorTime prev_vt;  // the previous episode's release vector time
@@ -71,7 +77,9 @@ class BarrierService {
     protocols::VectorTime min_validated;  // element-wise minimum over the arrivals
   };
 
-  Status on_arrive(comm::NodeId src, std::span<const std::byte> payload);
+  // `reply`: the arrival's request (invalid for the manager node's own threads).
+  Status on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
+                   std::span<const std::byte> payload);
   Status on_release(std::span<const std::byte> payload);
 
   comm::Comm& comm_;

@@ -30,7 +30,7 @@ inline constexpr comm::MsgType kLockRequest = comm::msg_range::kSync + 0;
 inline constexpr comm::MsgType kLockForward = comm::msg_range::kSync + 1;
 inline constexpr comm::MsgType kLockGrant = comm::msg_range::kSync + 2;
 inline constexpr comm::MsgType kBarrierArrive = comm::msg_range::kSync + 3;
-inline constexpr comm::MsgType kBarrierRelease = comm::msg_range::kSync + 4;
+// kSync + 4 was barrier.release, now the reply to barrier.arrive.
 }  // namespace msg
 
 // Ids name locks and barriers across the job: a tag in the top 16 bits, the creating node, and
