@@ -14,6 +14,7 @@ namespace loom::comm {
 namespace {
 
 thread_local const Comm* t_dispatching = nullptr;
+thread_local bool t_running_fatal_handler = false;
 
 // Marks the calling thread as `comm`'s dispatcher for its lifetime (nests).
 class DispatchScope {
@@ -129,7 +130,8 @@ void Comm::register_system_types() {
   LOOM_CHECK(s.is_ok(), "{}", s.to_string());
 }
 
-void Comm::set_fatal_handler(std::function<void(const Status&)> fn) {
+void Comm::set_fatal_handler(std::function<void(const Status&)> fn, bool ends_process) {
+  fatal_ends_process_.store(ends_process, std::memory_order_release);
   MutexLock lock(fatal_mu_);
   fatal_handler_ = std::move(fn);
 }
@@ -142,7 +144,9 @@ void Comm::report_fatal(const Status& why) {
     fn = fatal_handler_;
   }
   if (fn) {
+    t_running_fatal_handler = true;  // its own sends must fail normally (hold_if_ending)
     fn(why);
+    t_running_fatal_handler = false;
   } else {
     LOOM_ERROR("{}", why.to_string());
   }
@@ -196,7 +200,10 @@ Status Comm::send_raw(NodeId dst, const WireHeader& h, std::span<const std::byte
   if (payload.size() > kMaxPayload)
     return Status::invalid_argument(
         fmt::format("message of {} bytes exceeds the {} byte limit", payload.size(), kMaxPayload));
-  if (Status s = check_dst(dst); !s) return s;
+  if (Status s = check_dst(dst); !s) {
+    hold_if_ending(s);
+    return s;
+  }
   wait_for_credit(dst, payload.size());
   if (opts_.trace) trace("send to", dst, h, payload);
   std::array<std::byte, kWireHeaderSize> hb;
@@ -204,7 +211,10 @@ Status Comm::send_raw(NodeId dst, const WireHeader& h, std::span<const std::byte
   size_t len = payload.size();
   Status s = owned != nullptr ? transport_.send(dst, hb, std::move(*owned))
                               : transport_.send(dst, hb, payload);
-  if (!s) return s;
+  if (!s) {
+    hold_if_ending(s);
+    return s;
+  }
   counters_.add_sent(h.type, len);
   if (!on_dispatcher() && transport_.backlog(dst).msgs > 0) {
     // The send waits in the transport for progress. An application thread may not poll again
@@ -419,6 +429,16 @@ bool Comm::drain_inbox() {
   return true;
 }
 
+void Comm::hold_if_ending(const Status& s) const {
+  if (s.code() != StatusCode::kPeerFailed || on_dispatcher() || t_running_fatal_handler ||
+      !fatal_ends_process_.load(std::memory_order_acquire) ||
+      shutting_down_.load(std::memory_order_acquire))
+    return;
+  // A peer failed outside the shutdown: the fatal handler is ending this process (on_peer_failure
+  // calls it), so this application thread waits for that instead of seeing a half-failed job.
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 void Comm::on_peer_failure(NodeId node, const Status& why) {
   if (node >= size_) return;
   if (dead_[node].exchange(true, std::memory_order_acq_rel)) return;
@@ -430,7 +450,12 @@ void Comm::on_peer_failure(NodeId node, const Status& why) {
   }
   // note: the fatal handler first. The runtime's handler ends the process, so waiting threads
   // never see a half-failed job; handlers that return (tests) then get their requests failed.
+  // The job may already be stopping for another reason (the launcher said this node died, and
+  // the handler runs on another thread): report_fatal returns at once then, and with a handler
+  // that ends the process the requests must not fail either (measured: a kill -9 test's
+  // program printed its call's failure before the process ended).
   report_fatal(why);
+  if (fatal_ends_process_.load(std::memory_order_acquire)) return;
   fail_pending_to(node, why);
 }
 

@@ -73,8 +73,10 @@ class Comm final : private TransportSink, public Poller {
   const CommOptions& options() const { return opts_; }
 
   // Called at most once, on the thread that detects the problem, when the job must stop.
-  // Default: log the reason.
-  void set_fatal_handler(std::function<void(const Status&)> fn);
+  // Default: log the reason. `ends_process`: `fn` never returns (it ends the process); then a
+  // peer failure found while the job is already stopping leaves waiting threads waiting instead
+  // of failing their requests, so no application thread sees a half-failed job.
+  void set_fatal_handler(std::function<void(const Status&)> fn, bool ends_process = false);
   // Reports a fatal condition found elsewhere (e.g. the launcher said a node failed).
   void report_fatal(const Status& why);
   bool failed() const { return failed_.load(std::memory_order_acquire); }
@@ -218,6 +220,10 @@ class Comm final : private TransportSink, public Poller {
   std::atomic<int64_t> waiter_spin_ns_{0};
   Mutex fatal_mu_;
   std::function<void(const Status&)> fatal_handler_ GUARDED_BY(fatal_mu_);
+  std::atomic<bool> fatal_ends_process_{false};
+  // With a fatal handler that ends the process: an application thread whose send failed because
+  // a peer died (`s`) waits here for the process to end. Otherwise returns.
+  void hold_if_ending(const Status& s) const;
 };
 
 }  // namespace loom::comm

@@ -80,7 +80,8 @@ std::unique_ptr<Runtime> Runtime::start() {
   rt->comm_ = std::make_unique<comm::Comm>(*rt->transport_,
                                            comm::CommOptions::from_config(rt->config_, tag));
   Runtime* raw = rt.get();
-  rt->comm_->set_fatal_handler([raw](const Status& why) { raw->on_fatal(why); });
+  rt->comm_->set_fatal_handler([raw](const Status& why) { raw->on_fatal(why); },
+                               /*ends_process=*/true);
 
   rt->start_memory();
 
