@@ -20,7 +20,25 @@ long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const struct times
 
 inline void cpu_relax() { __builtin_ia32_pause(); }
 
+// LoomWorkScope: whether the thread is inside one, and how long its waits slept there (not CPU
+// time, so not reported).
+thread_local bool t_in_loom_work = false;
+thread_local int64_t t_slept_ns = 0;
+
 }  // namespace
+
+LoomWorkScope::LoomWorkScope(Poller* poller) : poller_(t_in_loom_work ? nullptr : poller) {
+  if (poller_ == nullptr) return;
+  t_in_loom_work = true;
+  t_slept_ns = 0;
+  start_ = now_ns();
+}
+
+LoomWorkScope::~LoomWorkScope() {
+  if (poller_ == nullptr) return;
+  t_in_loom_work = false;
+  poller_->waiter_spun(now_ns() - start_ - t_slept_ns);
+}
 
 int64_t now_ns() {
   struct timespec ts;
@@ -85,12 +103,14 @@ const Status& Completion::wait(Poller* poller, int64_t spin_ns) {
       yield_to_dispatcher();
     }
     if ((++n & 63) == 0 && now_ns() - start > spin_ns) {
-      if (poller != nullptr) poller->waiter_spun(now_ns() - start);
+      int64_t slept_from = now_ns();
+      if (poller != nullptr && !t_in_loom_work) poller->waiter_spun(slept_from - start);
       sleep_until_done(-1);
+      if (t_in_loom_work) t_slept_ns += now_ns() - slept_from;
       return status_;
     }
   }
-  if (poller != nullptr) poller->waiter_spun(now_ns() - start);
+  if (poller != nullptr && !t_in_loom_work) poller->waiter_spun(now_ns() - start);
   return status_;
 }
 

@@ -23,12 +23,28 @@ class Poller {
  public:
   // Returns true if it did anything.
   virtual bool poll_for_waiter() = 0;
-  // A waiter spent `ns` polling (then it finished or went to sleep): CPU time that was not the
-  // application's own work (see ServerThread's spin policy).
+  // A waiter spent `ns` polling (then it finished or went to sleep), or an application thread
+  // spent `ns` in Loom's own work (a fault handler, a release; see LoomWorkScope): CPU time
+  // that was not the application's own work (see ServerThread's spin policy).
   virtual void waiter_spun(int64_t ns) { (void)ns; }
 
  protected:
   ~Poller() = default;
+};
+
+// Marks an application thread's stretch of Loom work (handling its page fault, a release) for
+// the spin policy: the outermost scope reports its whole duration to `poller` as waiter_spun,
+// and waits inside it do not report again.
+class LoomWorkScope {
+ public:
+  explicit LoomWorkScope(Poller* poller);
+  ~LoomWorkScope();
+  LoomWorkScope(const LoomWorkScope&) = delete;
+  LoomWorkScope& operator=(const LoomWorkScope&) = delete;
+
+ private:
+  Poller* poller_;  // null when nested
+  int64_t start_ = 0;
 };
 
 class Completion final : public OpCallback {

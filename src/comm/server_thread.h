@@ -14,9 +14,12 @@
 // spins, and the scheduler then treating it as a CPU hog and preempting it in the middle of
 // handlers that computing threads wait for (measured on SOR, 2 nodes on 2 vCPUs: 1.4x slower
 // with the spin). So the server spins only when the node's application threads used less than
-// a quarter of a core (CPU time beyond the server's own and the waiters' polling) over the last
-// millisecond or more: while they wait for Loom, the spin serves them; while they compute,
-// handlers are rare and a wake-up costs less than the spin.
+// a quarter of a core (CPU time beyond the server's own, the waiters' polling, and the time
+// application threads spent in Loom's fault handlers and releases: comm::LoomWorkScope) over the
+// last millisecond or more: while they wait for or work in Loom, the spin serves them; while they
+// compute, handlers are rare and a wake-up costs less than the spin. (Counting the fault
+// handling as computation made a barrier-phased loop of tiny intervals, `dsm_check gc`, 2.5x
+// slower: every message woke a sleeping server.)
 //
 // Thread safety: construct, add_fd() and start() from one thread; stop() from any thread other
 // than the server thread itself.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "base/log.h"
+#include "comm/completion.h"
 
 namespace loom::protocols {
 
@@ -31,6 +32,7 @@ Status Platform::register_messages() {
 }
 
 bool Platform::on_fault(void* addr, bool is_write) {
+  comm::LoomWorkScope scope(&notices_.comm());  // the spin policy: not the application's work
   const memory::PageId page = frames_.page_of(addr);
   ProtocolId id = memory::kProtocolUnknown;
   if (memory::PageEntry* e = table_.find(page); e != nullptr) {
@@ -58,6 +60,7 @@ void Platform::release(ReleaseKind kind) {
   // mutex: a release running on another thread may have taken this thread's pages, and they
   // must be announced before this release returns.)
   if (!work) return;
+  comm::LoomWorkScope scope(&notices_.comm());  // the spin policy: not the application's work
   for (size_t k = protocols_.size(); k-- > 1;) protocols_[k]->release();
   const IntervalStamp next = notices_.next_interval();
   std::vector<PageWrite> written;

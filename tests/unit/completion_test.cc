@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <thread>
 
 namespace loom::comm {
@@ -55,6 +56,54 @@ TEST(Completion, WaiterDrivesThePoller) {
   CountingPoller p(c);
   EXPECT_TRUE(c.wait(&p, 1'000'000'000).is_ok());
   EXPECT_EQ(p.polls_, 10);
+}
+
+// Records what waiters and Loom-work scopes report (the server thread's spin policy).
+class ReportingPoller : public Poller {
+ public:
+  bool poll_for_waiter() override { return false; }
+  void waiter_spun(int64_t ns) override {
+    ++reports_;
+    total_ns_ += ns;
+  }
+  int reports_ = 0;
+  int64_t total_ns_ = 0;
+};
+
+TEST(LoomWorkScope, ReportsItsDurationOnceWithoutTheWaitsSleepsInside) {
+  ReportingPoller p;
+  {
+    LoomWorkScope outer(&p);
+    LoomWorkScope inner(&p);                                     // nested: reports nothing itself
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // time in the scope counts
+    Completion c;
+    std::thread t([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      c.complete(Status::ok());
+    });
+    EXPECT_TRUE(c.wait(&p, 1'000'000).is_ok());  // spins 1 ms, then sleeps ~200 ms
+    t.join();
+    EXPECT_EQ(p.reports_, 0);  // the wait inside the scope does not report
+  }
+  EXPECT_EQ(p.reports_, 1);
+  // 20 ms of work and ~1 ms of spinning count; the ~200 ms asleep does not.
+  EXPECT_GE(p.total_ns_, 20'000'000);
+  EXPECT_LT(p.total_ns_, 150'000'000);
+}
+
+TEST(LoomWorkScope, WaitsOutsideAScopeReportTheirSpin) {
+  ReportingPoller p;
+  Completion c;
+  c.complete(Status::ok());
+  Completion d;
+  std::thread t([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    d.complete(Status::ok());
+  });
+  EXPECT_TRUE(d.wait(&p, 1'000'000).is_ok());
+  t.join();
+  EXPECT_EQ(p.reports_, 1);
+  EXPECT_LT(p.total_ns_, 40'000'000);  // the spin, not the sleep
 }
 
 TEST(Completion, ResetMakesItReusable) {

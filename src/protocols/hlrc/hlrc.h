@@ -121,6 +121,7 @@ class Hlrc final : public Protocol, public Consistency {
   Hlrc& operator=(const Hlrc&) = delete;
 
   Status register_messages() override;
+  comm::Comm& comm() const { return comm_; }
 
   // Protocol.
   bool on_fault(void* addr, bool is_write) override;
