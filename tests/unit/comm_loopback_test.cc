@@ -258,6 +258,25 @@ TEST(CommLoopback, DeadPeerFailsPendingRequestsAndSends) {
   EXPECT_EQ(cl.comms[0]->send(7, kEcho, kNothing).code(), StatusCode::kInvalidArgument);
 }
 
+// With a fatal handler that ends the process (the runtime's), a peer failure found while the job
+// is already stopping must not fail waiting calls: the process ends before any thread sees one.
+TEST(CommLoopback, PeerFailureWhileStoppingLeavesCallsPendingWhenTheHandlerEndsTheProcess) {
+  Cluster cl(3);
+  for (auto& c : cl.comms) add_echo(*c);
+  std::vector<std::string> reasons;
+  cl.comms[0]->set_fatal_handler([&](const Status& s) { reasons.push_back(s.to_string()); },
+                                 /*ends_process=*/true);
+  cl.comms[0]->report_fatal(Status::peer_failed("the launcher says node 2 died"));
+  Comm::Request req;
+  cl.fabric.hold(0, 2);
+  ASSERT_TRUE(cl.comms[0]->start_request(2, kEcho, bytes_of("x"), &req).is_ok());
+  cl.fabric.kill(2);
+  cl.pump();
+  EXPECT_FALSE(req.done.done());  // still waiting: the handler (already running) ends the process
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_NE(reasons[0].find("the launcher says"), std::string::npos);
+}
+
 TEST(CommLoopback, ConcurrentCallsFromManyThreadsWithServerThreads) {
   constexpr int kNodes = 4, kThreads = 4, kCalls = 300;
   Cluster cl(kNodes);
