@@ -132,11 +132,10 @@ class Comm final : private TransportSink, public Poller {
   bool poll();
   // Poller: drives the transport without running handlers (for waiting application threads).
   bool poll_for_waiter() override;
-  void waiter_spun(int64_t ns) override {
-    waiter_spin_ns_.fetch_add(ns, std::memory_order_relaxed);
-  }
-  // Total time application threads of this node spent polling in waits.
-  int64_t waiter_spin_ns() const { return waiter_spin_ns_.load(std::memory_order_relaxed); }
+  void app_in_loom(int64_t ns) override { app_loom_ns_.fetch_add(ns, std::memory_order_relaxed); }
+  // Total time application threads of this node spent in Loom: polling in waits, and in
+  // LoomWorkScopes (the server thread's spin policy subtracts it from their CPU time).
+  int64_t app_loom_ns() const { return app_loom_ns_.load(std::memory_order_relaxed); }
 
   // Heartbeats and peer timeouts. Call from the dispatcher every few milliseconds to heartbeat_ns.
   void tick(int64_t now);
@@ -217,7 +216,7 @@ class Comm final : private TransportSink, public Poller {
   std::atomic<bool> failed_{false};
   std::atomic<bool> aborted_by_peer_{false};
   std::atomic<bool> shutting_down_{false};
-  std::atomic<int64_t> waiter_spin_ns_{0};
+  std::atomic<int64_t> app_loom_ns_{0};
   Mutex fatal_mu_;
   std::function<void(const Status&)> fatal_handler_ GUARDED_BY(fatal_mu_);
   std::atomic<bool> fatal_ends_process_{false};

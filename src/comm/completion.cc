@@ -37,7 +37,7 @@ LoomWorkScope::LoomWorkScope(Poller* poller) : poller_(t_in_loom_work ? nullptr 
 LoomWorkScope::~LoomWorkScope() {
   if (poller_ == nullptr) return;
   t_in_loom_work = false;
-  poller_->waiter_spun(now_ns() - start_ - t_slept_ns);
+  poller_->app_in_loom(now_ns() - start_ - t_slept_ns);
 }
 
 int64_t now_ns() {
@@ -104,13 +104,13 @@ const Status& Completion::wait(Poller* poller, int64_t spin_ns) {
     }
     if ((++n & 63) == 0 && now_ns() - start > spin_ns) {
       int64_t slept_from = now_ns();
-      if (poller != nullptr && !t_in_loom_work) poller->waiter_spun(slept_from - start);
+      if (poller != nullptr && !t_in_loom_work) poller->app_in_loom(slept_from - start);
       sleep_until_done(-1);
       if (t_in_loom_work) t_slept_ns += now_ns() - slept_from;
       return status_;
     }
   }
-  if (poller != nullptr && !t_in_loom_work) poller->waiter_spun(now_ns() - start);
+  if (poller != nullptr && !t_in_loom_work) poller->app_in_loom(now_ns() - start);
   return status_;
 }
 

@@ -23,17 +23,17 @@ class Poller {
  public:
   // Returns true if it did anything.
   virtual bool poll_for_waiter() = 0;
-  // A waiter spent `ns` polling (then it finished or went to sleep), or an application thread
-  // spent `ns` in Loom's own work (a fault handler, a release; see LoomWorkScope): CPU time
-  // that was not the application's own work (see ServerThread's spin policy).
-  virtual void waiter_spun(int64_t ns) { (void)ns; }
+  // An application thread spent `ns` of CPU in Loom rather than in its own work: polling in a
+  // wait (then it finished or went to sleep), or a LoomWorkScope (a fault handler, a release).
+  // ServerThread's spin policy uses the total.
+  virtual void app_in_loom(int64_t ns) { (void)ns; }
 
  protected:
   ~Poller() = default;
 };
 
 // Marks an application thread's stretch of Loom work (handling its page fault, a release) for
-// the spin policy: the outermost scope reports its whole duration to `poller` as waiter_spun,
+// the spin policy: the outermost scope reports its whole duration to `poller` as app_in_loom,
 // and waits inside it do not report again.
 class LoomWorkScope {
  public:

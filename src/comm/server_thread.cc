@@ -117,10 +117,11 @@ void ServerThread::loop() {
 bool ServerThread::app_computing(int64_t now) {
   if (now - sample_.at < kSampleNs) return computing_;
   Sample s{now, cpu_ns(CLOCK_PROCESS_CPUTIME_ID), cpu_ns(CLOCK_THREAD_CPUTIME_ID),
-           comm_.waiter_spin_ns()};
-  // The process's CPU time but this thread's and the waiters' polling: the application's work
-  // (its computation, and the fault handling and releases it does itself).
-  int64_t app = (s.process - sample_.process) - (s.self - sample_.self) - (s.spun - sample_.spun);
+           comm_.app_loom_ns()};
+  // The process's CPU time but this thread's and the application threads' time in Loom (waits'
+  // polling, fault handlers, releases): the application's own work.
+  int64_t app =
+      (s.process - sample_.process) - (s.self - sample_.self) - (s.in_loom - sample_.in_loom);
   computing_ = app * kComputingShare > s.at - sample_.at;
   sample_ = s;
   return computing_;

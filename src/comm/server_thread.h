@@ -80,7 +80,7 @@ class ServerThread {
   std::atomic<bool> stop_{false};
   // The spin policy (see above): CPU times at the last sample.
   struct Sample {
-    int64_t at = 0, process = 0, self = 0, spun = 0;
+    int64_t at = 0, process = 0, self = 0, in_loom = 0;
   };
   static constexpr int64_t kSampleNs = 1'000'000;
   static constexpr int64_t kComputingShare = 4;  // computing: above 1/4 of a core

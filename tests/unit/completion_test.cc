@@ -62,7 +62,7 @@ TEST(Completion, WaiterDrivesThePoller) {
 class ReportingPoller : public Poller {
  public:
   bool poll_for_waiter() override { return false; }
-  void waiter_spun(int64_t ns) override {
+  void app_in_loom(int64_t ns) override {
     ++reports_;
     total_ns_ += ns;
   }
