@@ -16,9 +16,6 @@ using Mutant = protocols::hlrc::Hlrc::Options::Mutant;
 
 namespace {
 
-constexpr uint64_t kWord = 8;
-constexpr uint64_t kPage = memory::kPageBytes;
-
 uint64_t mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;

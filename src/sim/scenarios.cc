@@ -19,9 +19,6 @@ using memory::Placement;
 
 namespace {
 
-constexpr uint64_t kPage = memory::kPageBytes;
-constexpr uint64_t kWord = 8;
-
 // Counting starts when the last thread passes the set-up barrier.
 struct Counting {
   uint32_t threads = 0;

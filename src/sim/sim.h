@@ -38,6 +38,10 @@
 
 namespace loom::sim {
 
+// The sizes the simulated programs and scenarios work in.
+inline constexpr uint64_t kWord = 8;
+inline constexpr uint64_t kPage = memory::kPageBytes;
+
 struct Options {
   uint32_t nodes = 2;
   uint64_t seed = 1;

@@ -21,7 +21,6 @@ namespace {
 namespace bw = comm::boot;
 
 const std::string kLoomrun = LOOMRUN_PATH;
-const std::string kProbe = BOOT_PROBE_PATH;
 
 class LoomrunTest : public ::testing::Test {
  protected:

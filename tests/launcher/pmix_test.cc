@@ -16,8 +16,6 @@
 namespace loom::testing {
 namespace {
 
-const std::string kProbe = BOOT_PROBE_PATH;
-
 std::string find_mpirun() {
   const char* path = std::getenv("PATH");
   std::string p = path != nullptr ? path : "/usr/bin:/bin";

@@ -14,6 +14,9 @@
 
 namespace loom::testing {
 
+// The test program that speaks the launcher's bootstrap protocol (tests/launcher/CMakeLists.txt).
+inline const std::string kProbe = BOOT_PROBE_PATH;
+
 struct RunResult {
   int status = -1;         // exit code, or 128 + signal
   bool timed_out = false;  // killed by us after the time limit
