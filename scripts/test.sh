@@ -2,11 +2,12 @@
 # Quick start, step 2: build and run all tests.
 #
 #   scripts/test.sh            release build + every test (unit, launcher, multi-process), then
-#                              the same suite under ASan+UBSan and ThreadSanitizer (without the
-#                              tests labelled "slow", which run in the release pass, and the
-#                              loom-sim batch runs, label "sim_batch": they repeat the simulator
-#                              code of the "sim" tests over many programs, and one thread at a
-#                              time, ~4 min under ASan), and
+#                              the same suite under ASan+UBSan and ThreadSanitizer, without:
+#                              the tests labelled "slow" and "heavy" (longer runs of code that a
+#                              smaller test covers there: more seeds, more nodes, repetitions),
+#                              which run in the release pass; and the loom-sim batch runs, label
+#                              "sim_batch" (they repeat the simulator code of the "sim" tests over
+#                              many programs, one thread at a time, ~4 min under ASan); and
 #                              the clang -Wthread-safety build
 #   scripts/test.sh --quick    release build + every test only
 set -uo pipefail
@@ -40,7 +41,7 @@ if ((quick == 0)); then
   cmake --preset asan >/dev/null && cmake --build --preset asan || exit 1
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
-    ctest --preset asan -j2 -LE 'bench|slow|sim_batch' || status=1
+    ctest --preset asan -j2 -LE 'bench|slow|heavy|sim_batch' || status=1
 
   step "ThreadSanitizer build and tests"
   cmake --preset tsan >/dev/null && cmake --build --preset tsan || exit 1
@@ -54,7 +55,7 @@ if ((quick == 0)); then
   # itself, never interrupting the allocator), but TSan cannot tell.
   UCX_MEM_MMAP_HOOK_MODE=none LOOM_REGION_BASE=0x4000000000 LOOM_REGION_SIZE=16G \
     TSAN_OPTIONS="halt_on_error=1 report_signal_unsafe=0 history_size=7 suppressions=$PWD/tests/tsan.supp" \
-    ctest --preset tsan -j2 -LE 'slow|sim_batch' || status=1
+    ctest --preset tsan -j2 -LE 'bench|slow|heavy|sim_batch' || status=1
 fi
 if ((status == 0)); then echo; echo "== all tests passed"; else echo; echo "== SOME TESTS FAILED"; fi
 exit $status
