@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -156,6 +157,11 @@ void AddressSpace::open_static() {
     log::fatal(fmt::format("cannot open the program's data: {}", std::strerror(errno)));
 }
 
+void AddressSpace::back(PageId p) {
+  // note: the memfd holds page p at offset p * kPageBytes, heap and static segment alike.
+  (void)::fallocate(fd_, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(p << kPageShift), kPageBytes);
+}
+
 void AddressSpace::protect(PageId first, size_t count, Prot prot) {
   if (count == 0) return;
   LOOM_CHECK(first + count <= num_pages() && first + count > first,
@@ -223,8 +229,10 @@ void AddressSpace::discard(PageId first, size_t count) {
 }
 
 AddressSpace::Stats AddressSpace::stats() const {
+  struct stat st {};
+  uint64_t backed = ::fstat(fd_, &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
   return {protect_calls_.load(std::memory_order_relaxed),
-          collapses_.load(std::memory_order_relaxed)};
+          collapses_.load(std::memory_order_relaxed), backed};
 }
 
 }  // namespace loom::memory

@@ -52,6 +52,9 @@ class AddressSpace final : public PageFrames {
 
   // Sets the application view's protection of pages [first, first+count) (mprotect).
   void protect(PageId first, size_t count, Prot prot) override;
+  // Allocates the page in the memfd (fallocate). why not MADV_POPULATE_WRITE on the system
+  // view: measured ~1 µs slower per page here (bench/RESULTS.md, read fault).
+  void back(PageId p) override;
   // Makes the whole static segment readable and writable again (when the runtime stops: the
   // program's data must stay usable without a fault handler). REQUIRES: this node holds valid
   // copies (node 0, its home, after the last barrier).
@@ -62,6 +65,7 @@ class AddressSpace final : public PageFrames {
   struct Stats {
     uint64_t protect_calls = 0;
     uint64_t collapses = 0;
+    uint64_t backed_bytes = 0;  // memory the node's copies of pages hold (the memfd's blocks)
   };
   Stats stats() const;
 

@@ -61,6 +61,10 @@ class PageFrames {
   virtual std::byte* sys_page(PageId p) const = 0;
   // Sets the application view's access to pages [first, first+count).
   virtual void protect(PageId first, size_t count, Prot prot) = 0;
+  // A hint for a page this node is about to use for the first time: give it its memory now
+  // (a node's copy of a page is otherwise allocated by the kernel at its first use, which costs
+  // microseconds). Changes no contents and no protection; may do nothing.
+  virtual void back(PageId p) { (void)p; }
 
  protected:
   PageFrames() = default;

@@ -32,6 +32,23 @@ TEST(AddressSpace, BothViewsShowTheSameBytes) {
   EXPECT_EQ(a.page_of(a.app_page(7) + 5), 7u);
 }
 
+// back() gives a page its memory and changes no bytes: a hole stays all zeros, a written page
+// keeps what it holds.
+TEST(AddressSpace, BackAllocatesThePageAndKeepsItsBytes) {
+  auto as = AddressSpace::create(kBase, 64 << 20);
+  ASSERT_TRUE(as) << as.status().to_string();
+  AddressSpace& a = **as;
+  ASSERT_EQ(a.stats().backed_bytes, 0u);
+  a.back(5);
+  EXPECT_EQ(a.stats().backed_bytes, kPageBytes);
+  for (size_t i = 0; i < kPageBytes; ++i) ASSERT_EQ(a.sys_page(5)[i], std::byte{0}) << i;
+  std::memcpy(a.sys_page(9), "kept", 5);
+  EXPECT_EQ(a.stats().backed_bytes, 2 * kPageBytes);
+  a.back(9);
+  EXPECT_EQ(a.stats().backed_bytes, 2 * kPageBytes);
+  EXPECT_STREQ(reinterpret_cast<const char*>(a.sys_page(9)), "kept");
+}
+
 // A program's data (here: an anonymous private mapping standing in for .data/.bss) becomes the
 // static segment: same addresses, same bytes, now backed by the shared memfd.
 TEST(AddressSpace, StaticSegmentKeepsTheProgramsDataAtItsAddress) {
@@ -82,8 +99,10 @@ TEST(AddressSpace, ATakenRangeIsAClearError) {
 TEST(AddressSpace, ReservingALargeRegionCostsNothingUntilTouched) {
   auto as = AddressSpace::create(kBase, size_t{64} << 30);
   ASSERT_TRUE(as) << as.status().to_string();
+  EXPECT_EQ((*as)->stats().backed_bytes, 0u);
   (*as)->sys_page(1000000)[0] = std::byte{1};
   EXPECT_EQ((*as)->sys_page(1000000)[0], std::byte{1});
+  EXPECT_EQ((*as)->stats().backed_bytes, kPageBytes);  // one page of the 64 GiB
 }
 
 TEST(AddressSpace, ScatteredProtectionsNeverFailWithENOMEM) {
