@@ -384,7 +384,7 @@ bool Hlrc::fetch(PageId page, bool is_write) {
       e.state = st(PageState::kWritable);
       e.prot = Prot::kReadWrite;
     } else {
-      // note: a page this node never held is still a hole in its memfd and reads as zero.
+      // note: a page this node never held reads as zero (a hole, or backed by back() above).
       if (!(zero && e.state == st(PageState::kUnknown))) std::memcpy(sys, data.data(), kPageBytes);
       if (is_write) {
         e.twin.reset(new std::byte[kPageBytes]);
