@@ -220,9 +220,7 @@ Status Comm::send_raw(NodeId dst, const WireHeader& h, std::span<const std::byte
     // The send waits in the transport for progress. An application thread may not poll again
     // soon (it may sleep on a condition), so wake the dispatcher, which keeps polling while any
     // send is unfinished (ServerThread).
-    uint64_t one = 1;
-    ssize_t n = ::write(inbox_fd_, &one, sizeof one);
-    (void)n;
+    signal_inbox_fd();
   }
   return Status::ok();
 }
@@ -391,11 +389,22 @@ void Comm::enqueue(const WireHeader& h, std::span<const std::byte> payload, Buff
     was_empty = inbox_.empty();
     inbox_.push_back(Queued{h, owned != nullptr ? std::move(*owned) : Buffer::copy_of(payload)});
   }
-  if (was_empty) {
-    uint64_t one = 1;
-    ssize_t n = ::write(inbox_fd_, &one, sizeof one);
-    (void)n;  // the counter cannot overflow here; a failed wake only delays to the next tick
-  }
+  // why seq_cst: with set_dispatcher_awake(false) and the dispatcher's inbox check after it,
+  // either the dispatcher sees this message or we see it asleep and wake it.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (was_empty && !dispatcher_awake_.load(std::memory_order_relaxed)) signal_inbox_fd();
+}
+
+void Comm::signal_inbox_fd() {
+  inbox_fd_signalled_.store(true, std::memory_order_relaxed);
+  uint64_t one = 1;
+  ssize_t n = ::write(inbox_fd_, &one, sizeof one);
+  (void)n;  // the counter cannot overflow here; a failed wake only delays to the next tick
+}
+
+void Comm::set_dispatcher_awake(bool awake) {
+  dispatcher_awake_.store(awake, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 bool Comm::inbox_empty() const {
@@ -404,21 +413,20 @@ bool Comm::inbox_empty() const {
 }
 
 void Comm::reset_wakeup() {
+  inbox_fd_signalled_.store(false, std::memory_order_relaxed);
   uint64_t v;
   ssize_t n = ::read(inbox_fd_, &v, sizeof v);
   (void)n;  // EAGAIN: already reset
 }
 
 bool Comm::drain_inbox() {
-  std::deque<Queued> batch;
+  std::vector<Queued> batch;  // note: allocates nothing while the inbox is empty
   {
     MutexLock lock(inbox_mu_);
     if (inbox_.empty()) return false;
     batch.swap(inbox_);
   }
-  uint64_t v;
-  ssize_t n = ::read(inbox_fd_, &v, sizeof v);
-  (void)n;
+  if (inbox_fd_signalled_.load(std::memory_order_relaxed)) reset_wakeup();
   for (Queued& q : batch) {
     if (q.header.is_reply()) {
       complete_reply(q.header, q.payload.span(), &q.payload);

@@ -145,9 +145,13 @@ class Comm final : private TransportSink, public Poller {
   // Called once every node has finished (after the first shutdown barrier): stops watching
   // peers, and failures of connections from then on are expected, not fatal.
   void begin_shutdown();
-  // Readable when the inbox has messages for the dispatcher.
+  // Readable when the inbox has messages for the dispatcher that it may be asleep for.
   int inbox_fd() const { return inbox_fd_; }
   bool inbox_empty() const;
+  // A dispatcher that keeps polling (ServerThread) says when it is awake: while it is, queueing
+  // a message for it skips the descriptor (two system calls per message). It must say asleep
+  // before it checks inbox_empty() for the last time and blocks on inbox_fd().
+  void set_dispatcher_awake(bool awake);
   // Clears the inbox descriptor's readiness (the dispatcher, after it woke on it).
   void reset_wakeup();
   // True if the calling thread is this Comm's dispatcher right now.
@@ -184,6 +188,7 @@ class Comm final : private TransportSink, public Poller {
   void complete_reply(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned);
   void enqueue(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned);
   bool drain_inbox();
+  void signal_inbox_fd();
   void fail_pending_to(NodeId node, const Status& why);
   void register_system_types();
   void trace(const char* dir, NodeId peer, const WireHeader& h,
@@ -200,8 +205,10 @@ class Comm final : private TransportSink, public Poller {
   PendingTable<Pending> pending_ GUARDED_BY(pending_mu_);
 
   mutable Mutex inbox_mu_;
-  std::deque<Queued> inbox_ GUARDED_BY(inbox_mu_);
+  std::vector<Queued> inbox_ GUARDED_BY(inbox_mu_);
   int inbox_fd_ = -1;
+  std::atomic<bool> dispatcher_awake_{false};
+  std::atomic<bool> inbox_fd_signalled_{false};  // written since the dispatcher last read it
 
   // Liveness, one slot per node.
   std::unique_ptr<std::atomic<int64_t>[]> last_heard_ns_;

@@ -82,6 +82,7 @@ void ServerThread::loop() {
   int64_t next_tick = now + opts_.tick_ns;
   unsigned spins = 0;
   bool may_spin = true;  // decided when the node becomes idle
+  comm_.set_dispatcher_awake(true);
   while (!stop_.load(std::memory_order_acquire)) {
     int64_t before = now_ns();
     bool did = comm_.poll();
@@ -108,10 +109,13 @@ void ServerThread::loop() {
         __builtin_ia32_pause();
       continue;
     }
+    comm_.set_dispatcher_awake(false);
     sleep_until_event(now, next_tick);
+    comm_.set_dispatcher_awake(true);
     idle_since = now_ns();
     spins = 0;
   }
+  comm_.set_dispatcher_awake(false);
 }
 
 bool ServerThread::app_computing(int64_t now) {

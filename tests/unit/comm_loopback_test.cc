@@ -1,6 +1,7 @@
 // Comm over the loopback fabric: messages, request/reply, failures, flow, heartbeats, regions.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <atomic>
 #include <future>
@@ -312,9 +313,17 @@ TEST(CommLoopback, ConcurrentCallsFromManyThreadsWithServerThreads) {
   }
 }
 
-TEST(CommLoopback, WaitingThreadQueuesRequestsForTheDispatcher) {
-  // Node 1 has no server: its application thread waits for a reply from node 0 and, while
-  // polling, receives a request from node 2. That request must not run on the waiting thread.
+bool readable(int fd) {
+  struct pollfd p {};
+  p.fd = fd;
+  p.events = POLLIN;
+  return ::poll(&p, 1, 0) == 1;
+}
+
+// Node 1 has no server: its application thread waits for a reply from node 0 and, while polling,
+// receives a request from node 2. That request must not run on the waiting thread: it is queued
+// for the dispatcher, whose descriptor is signalled unless the dispatcher said it is awake.
+void waiting_thread_queues_for_the_dispatcher(bool dispatcher_awake) {
   // (A long wait spin: with no server thread, a sleeping waiter would never see the reply.)
   CommOptions o;
   o.wait_spin_ns = 30'000'000'000;
@@ -330,6 +339,7 @@ TEST(CommLoopback, WaitingThreadQueuesRequestsForTheDispatcher) {
                          return Status::ok();
                        })
                   .is_ok());
+  cl.comms[1]->set_dispatcher_awake(dispatcher_awake);
   ASSERT_TRUE(cl.comms[2]->send(1, kNote, kNothing).is_ok());
   Comm::Request req;
   std::thread t([&] {
@@ -342,9 +352,21 @@ TEST(CommLoopback, WaitingThreadQueuesRequestsForTheDispatcher) {
   while (!req.done.done()) cl.comms[0]->poll();
   t.join();
   EXPECT_FALSE(cl.comms[1]->inbox_empty());
-  EXPECT_TRUE(cl.comms[1]->poll());  // the dispatcher now runs the queued note
+  // An asleep dispatcher blocks on the descriptor: it must be woken. An awake one polls anyway,
+  // and the two system calls are saved.
+  EXPECT_EQ(readable(cl.comms[1]->inbox_fd()), !dispatcher_awake);
+  EXPECT_TRUE(cl.comms[1]->poll());                 // the dispatcher now runs the queued note
+  EXPECT_FALSE(readable(cl.comms[1]->inbox_fd()));  // and the drain reset the descriptor
   EXPECT_FALSE(ran_on_waiter.load());
   EXPECT_EQ(string_of(req.reply.span()), "echo:q");
+}
+
+TEST(CommLoopback, WaitingThreadQueuesRequestsForTheDispatcher) {
+  waiting_thread_queues_for_the_dispatcher(false);
+}
+
+TEST(CommLoopback, QueueingForAnAwakeDispatcherLeavesItsDescriptorAlone) {
+  waiting_thread_queues_for_the_dispatcher(true);
 }
 
 // Node 0's server thread (a 200 us spin) while another thread of the process computes or
