@@ -389,10 +389,10 @@ void Comm::enqueue(const WireHeader& h, std::span<const std::byte> payload, Buff
     was_empty = inbox_.empty();
     inbox_.push_back(Queued{h, owned != nullptr ? std::move(*owned) : Buffer::copy_of(payload)});
   }
-  // why seq_cst: with set_dispatcher_awake(false) and the dispatcher's inbox check after it,
-  // either the dispatcher sees this message or we see it asleep and wake it.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (was_empty && !dispatcher_awake_.load(std::memory_order_relaxed)) signal_inbox_fd();
+  // No lost wake-up: the dispatcher says asleep before its last inbox check, under inbox_mu_.
+  // If that check came after our push, it sees the message; if before, its store happens
+  // before this load (through the mutex), and we see it asleep.
+  if (was_empty && !dispatcher_awake_.load(std::memory_order_acquire)) signal_inbox_fd();
 }
 
 void Comm::signal_inbox_fd() {
@@ -403,8 +403,7 @@ void Comm::signal_inbox_fd() {
 }
 
 void Comm::set_dispatcher_awake(bool awake) {
-  dispatcher_awake_.store(awake, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  dispatcher_awake_.store(awake, std::memory_order_release);
 }
 
 bool Comm::inbox_empty() const {
