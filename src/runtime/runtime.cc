@@ -254,6 +254,7 @@ nlohmann::json Runtime::dsm_json() const {
   memory::AddressSpace::Stats as = space_->stats();
   j["protect_calls"] = as.protect_calls;
   j["protection_collapses"] = as.collapses;
+  j["backed_bytes"] = as.backed_bytes;
   memory::Heap::Stats hs = heap_->stats();
   j["allocs"] = hs.allocs;
   j["frees"] = hs.frees;
