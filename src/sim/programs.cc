@@ -419,30 +419,47 @@ Program iriw_barrier() {
 }
 
 // Node 0's thread A writes two words of a page, around an acquire by its sibling B that
-// invalidates the page (node 1 wrote a third word of it and released the lock B takes): A's
-// first write must survive the re-fetch (two-way diffing).
+// invalidates the page (node 1's thread C wrote a third word of it and released the lock B
+// takes): A's first write, still unreleased, must survive the re-fetch of A's second write
+// (two-way diffing). The order is forced: C takes the lock before the barrier, so B's acquire
+// comes after C's release; simulator-level waits (no Loom operations, so no synchronization the
+// checker sees) put A's first write before B's acquire and A's second write between B's acquire
+// and B's release. (Any release of node 0 before A's second write, B's unlock included, would
+// flush A's first write and leave no twin to keep.)
 Program write_after_invalidate() {
   Program pr{"write_after_invalidate", 2, 2, nullptr};
   pr.install = [](Simulation& sim, Checker& c) {
-    auto ad = std::make_shared<Addrs>();
+    struct Shared {
+      std::vector<uint64_t> a;
+      bool a_wrote = false, b_acquired = false, a_wrote_again = false;
+    };
+    auto sh = std::make_shared<Shared>();
     // Thread ids: 0 = A@0, 1 = B@0, 2 = C@1, 3 = D@1 (idle apart from barriers).
     for (uint32_t k = 0; k < 4; ++k) {
-      sim.spawn(k / 2, [ad, &c, k](Thread& t) {
-        if (k == 0) ad->a = {t.alloc(kPage, Placement::kNode, 1)};
-        c.barrier(t, barrier_id(0), 4);
-        uint64_t page = ad->a[0];
+      sim.spawn(k / 2, [sh, &c, k](Thread& t) {
         if (k == 0) {
-          // A cached, clean copy first, so that B's acquire finds one to invalidate.
-          c.read(t, page + 512);
+          sh->a = {t.alloc(kPage, Placement::kNode, 1)};
+          // A cached, clean copy first, so that B's acquire finds one to invalidate. Before the
+          // barrier: the page is then shared at its home when C writes it, so C's write is
+          // announced (a home-private page's writes carry no notice).
+          c.read(t, sh->a[0] + 512);
+        }
+        if (k == 2) c.lock(t, lock_id(0));
+        c.barrier(t, barrier_id(0), 4);
+        uint64_t page = sh->a[0];
+        if (k == 0) {
           c.write(t, page + 8, 0xa1);
-          for (int i = 0; i < 4; ++i) t.yield();
+          sh->a_wrote = true;
+          t.wait_until([sh] { return sh->b_acquired; });
           c.write(t, page + 16, 0xa2);
+          sh->a_wrote_again = true;
         } else if (k == 1) {
-          for (int i = 0; i < 2; ++i) t.yield();
+          t.wait_until([sh] { return sh->a_wrote; });
           c.lock(t, lock_id(0));
+          sh->b_acquired = true;
+          t.wait_until([sh] { return sh->a_wrote_again; });
           c.unlock(t, lock_id(0));
         } else if (k == 2) {
-          c.lock(t, lock_id(0));
           c.write(t, page + 24, 0xc1);
           c.unlock(t, lock_id(0));
         }

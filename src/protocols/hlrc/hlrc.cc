@@ -791,11 +791,17 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
       never_used = e.version.empty();
       e.state = st(PageState::kHomeShared);
     } else if (e.state == st(PageState::kHomePrivate)) {
-      // The page becomes shared. Writes made while it was private carry no notice, so count the
-      // page as written in the current interval: the next release announces it, and from then on
-      // writes are detected. It stays writable until that release.
+      // The page becomes shared. Write-protect it before the reply copies it: a write made while
+      // it was private (none carries a notice) is then in the copy, and every later one faults
+      // and lists the page. why not list it instead and leave it writable: the home's next
+      // release would announce a page nobody wrote since the copy, invalidating every copy of
+      // it, and the listed page could not move (maybe_offer_locked) until the home released
+      // again, which an idle home never does.
       e.state = st(PageState::kHomeShared);
-      add_dirty(page, e);
+      if (e.prot == Prot::kReadWrite) {
+        e.prot = Prot::kRead;
+        space_.protect(page, 1, e.prot);
+      }
     }
     if (!e.version.covers(need) && opts_.mutant != Options::Mutant::kNoVersionWait) {
       counters_.requests_held.fetch_add(1, std::memory_order_relaxed);
