@@ -229,6 +229,9 @@ void parmacs_exit(int status) {
   if (!t_program_thread || !initialized()) return;  // Loom's own threads, or not a PARMACS job
   Runtime& r = current();
   State& st = state();
+  // The program's output goes out first: while the job stops, this process may end from another
+  // thread (a peer's failure, the launcher's kill after its grace period) before quit_now.
+  std::fflush(nullptr);
   if (r.rank() == 0) {
     bool clean;
     {
