@@ -16,6 +16,20 @@ quick=0
 [[ ${1:-} == --quick ]] && quick=1
 status=0
 step() { echo; echo "== $*"; }
+# The end of each failed test's output, from a build directory's last ctest run; printed again
+# at the end of the log, where a reader of only its tail (CI's record) still sees why.
+digest=""
+digest_failures() {
+  local dir=$1 failed=$1/Testing/Temporary/LastTestsFailed.log name
+  [[ -f $failed ]] || return 0
+  while IFS=: read -r _ name; do
+    digest+=$'\n'"--- $dir: $name (last 25 lines of its output)"$'\n'
+    digest+=$(awk -v t="$name" '$0 ~ "^[0-9]+/[0-9]+ Test: " && $3 == t { on = 1; n = 0; next }
+      on && /^<end of output>/ { on = 0 } on { buf[n++ % 25] = $0 }
+      END { for (i = (n > 25 ? n - 25 : 0); i < n; i++) print buf[i % 25] }' \
+      "$dir/Testing/Temporary/LastTest.log")
+  done <"$failed"
+}
 
 step "layering check (docs/architecture.md)"
 scripts/check-layers.sh || status=1
@@ -27,7 +41,7 @@ fi
 
 step "release build and tests"
 cmake --preset release >/dev/null && cmake --build --preset release || exit 1
-ctest --preset release -j2 || status=1
+ctest --preset release -j2 || { status=1; digest_failures build; }
 
 if ((quick == 0)); then
   step "clang -Wthread-safety build"
@@ -41,7 +55,7 @@ if ((quick == 0)); then
   cmake --preset asan >/dev/null && cmake --build --preset asan || exit 1
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
-    ctest --preset asan -j2 -LE 'bench|slow|heavy|sim_batch' || status=1
+    ctest --preset asan -j2 -LE 'bench|slow|heavy|sim_batch' || { status=1; digest_failures build-asan; }
 
   step "ThreadSanitizer build and tests"
   cmake --preset tsan >/dev/null && cmake --build --preset tsan || exit 1
@@ -55,7 +69,8 @@ if ((quick == 0)); then
   # itself, never interrupting the allocator), but TSan cannot tell.
   UCX_MEM_MMAP_HOOK_MODE=none LOOM_REGION_BASE=0x4000000000 LOOM_REGION_SIZE=16G \
     TSAN_OPTIONS="halt_on_error=1 report_signal_unsafe=0 history_size=7 suppressions=$PWD/tests/tsan.supp" \
-    ctest --preset tsan -j2 -LE 'bench|slow|heavy|sim_batch' || status=1
+    ctest --preset tsan -j2 -LE 'bench|slow|heavy|sim_batch' || { status=1; digest_failures build-tsan; }
 fi
+if [[ -n $digest ]]; then echo; echo "== the failed tests' output, again"; echo "$digest"; fi
 if ((status == 0)); then echo; echo "== all tests passed"; else echo; echo "== SOME TESTS FAILED"; fi
 exit $status
