@@ -11,7 +11,7 @@
 #                              the clang -Wthread-safety build
 #   scripts/test.sh --quick    release build + every test only
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 quick=0
 [[ ${1:-} == --quick ]] && quick=1
 status=0
