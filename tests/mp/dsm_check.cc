@@ -234,6 +234,7 @@ struct RingCtl {
   uint64_t count, sum;  // what the consumers consumed (added as each finishes)
   uint64_t consumers_done;
   uint64_t by_node[kMaxNodes];  // items consumed per node
+  uint64_t remote_took;         // a consumer of another node than the producer's took an item
 };
 constexpr size_t kSlotsOff = 2048;              // 512 slots: bytes [2048, 6144), pages 0 and 1
 constexpr size_t kProdRecOff = 2 * kPage - 4;   // [8188, 8212): field a straddles pages 1|2
@@ -310,6 +311,10 @@ int prodcons(int threads, uint64_t items) {
         std::lock_guard<loom::mutex> g(m);
         check_records("consumer");
         n = std::min<uint64_t>(c->head - c->tail, rng() % 4 + 1);
+        // The producer's node consumes only once another node has: otherwise a schedule in
+        // which its consumer keeps up alone moves no item between nodes (CI saw one).
+        if (me() == 0 && nodes() > 1 && c->remote_took == 0) n = 0;
+        if (me() != 0 && n > 0) c->remote_took = 1;
         for (uint64_t i = 0; i < n; ++i) {
           uint64_t v = slots[c->tail % kRingSlots];
           check(
