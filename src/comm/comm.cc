@@ -261,6 +261,24 @@ Status Comm::start_request(NodeId dst, MsgType type, std::span<const std::byte> 
   return start_pending(dst, type, payload, Pending{dst, nullptr, std::move(on_reply)});
 }
 
+uint64_t Comm::expect_reply(NodeId from, Request* req) {
+  LOOM_CHECK(from < size_, "expect_reply from node {} (the job has {} nodes)", from, size_);
+  uint64_t id;
+  {
+    MutexLock lock(pending_mu_);
+    id = pending_.insert(Pending{from, req, {}});
+  }
+  // note: after the insert, so a failure reported meanwhile (fail_pending_to) either finds the
+  // entry or is seen here.
+  if (Status s = check_dst(from); !s && cancel(id)) req->done.complete(std::move(s));
+  return id;
+}
+
+bool Comm::cancel(uint64_t id) {
+  MutexLock lock(pending_mu_);
+  return pending_.erase(id);
+}
+
 Result<Buffer> Comm::call(NodeId dst, MsgType type, std::span<const std::byte> payload) {
   LOOM_CHECK(!on_dispatcher(), "Comm::call({}) on the dispatcher would block a handler",
              registry_.name_of(type));

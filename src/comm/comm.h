@@ -105,6 +105,15 @@ class Comm final : private TransportSink, public Poller {
                        std::function<void(Status, Buffer)> on_reply);
   // start_request + wait. REQUIRES: not called on the dispatcher.
   Result<Buffer> call(NodeId dst, MsgType type, std::span<const std::byte> payload);
+  // Registers `req` for a reply from `from` without sending anything, and returns its id: the
+  // caller sends the id in a message of its own (often a reply), and `from` answers it with
+  // reply(ReplyTo{this node, id, type}). Two nodes can so exchange messages that are all
+  // replies, each reaching the thread that waits for it with no handler on the way (barriers:
+  // sync/barriers.h). If `from` has failed, `req` completes at once with the error.
+  uint64_t expect_reply(NodeId from, Request* req);
+  // Forgets an expect_reply() that will not be answered; its Completion is never completed.
+  // False if it is not pending (answered, failed, or cancelled before).
+  bool cancel(uint64_t id);
 
   // Answers a request (from a handler, or later from any thread).
   Status reply(const ReplyTo& to, std::span<const std::byte> payload);

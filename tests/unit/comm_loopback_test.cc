@@ -4,6 +4,7 @@
 #include <poll.h>
 
 #include <atomic>
+#include <cstring>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -160,6 +161,64 @@ TEST(CommLoopback, DeferredReplyFromStateMachine) {
   cl.pump();
   ASSERT_TRUE(req.done.done());
   EXPECT_EQ(string_of(req.reply.span()), "granted");
+}
+
+// A reply to an id sent in a message of the caller's own (expect_reply): node 0 registers the
+// request without sending one, tells node 1 the id in a one-way message, and node 1 answers it.
+// The reply completes the Request on whichever thread polls (here the pump), with no handler.
+TEST(CommLoopback, ExpectedReplyCompletesWithoutARequestMessage) {
+  Cluster cl(2);
+  ASSERT_TRUE(cl.comms[1]
+                  ->registry()
+                  .add(kNote, "answer-me",
+                       [&](Incoming& in) {
+                         uint64_t id = 0;
+                         std::memcpy(&id, in.payload().data(), sizeof id);
+                         return cl.comms[1]->reply(ReplyTo{0, id, kNote}, bytes_of("answered"));
+                       })
+                  .is_ok());
+  Comm::Request req;
+  uint64_t id = cl.comms[0]->expect_reply(1, &req);
+  ASSERT_NE(id, 0u);
+  ASSERT_TRUE(cl.comms[0]->send(1, kNote, as_bytes_of(id)).is_ok());
+  cl.pump();
+  ASSERT_TRUE(req.done.done());
+  ASSERT_TRUE(req.done.status().is_ok());
+  EXPECT_EQ(string_of(req.reply.span()), "answered");
+  EXPECT_FALSE(cl.comms[0]->cancel(id));  // answered: nothing left to cancel
+}
+
+// A cancelled expectation is forgotten: a late reply to it is dropped (a warning), and the
+// Request stays untouched; another node answering the id is refused as misrouted.
+TEST(CommLoopback, CancelledExpectationDropsItsLateReply) {
+  Cluster cl(3);
+  Comm::Request req;
+  uint64_t id = cl.comms[0]->expect_reply(1, &req);
+  EXPECT_TRUE(cl.comms[0]->cancel(id));
+  EXPECT_FALSE(cl.comms[0]->cancel(id));
+  ASSERT_TRUE(cl.comms[1]->reply(ReplyTo{0, id, kNote}, bytes_of("late")).is_ok());
+  cl.pump();
+  EXPECT_FALSE(req.done.done());
+  EXPECT_EQ(cl.fatal_of(0), "");
+
+  Comm::Request other;
+  uint64_t id2 = cl.comms[0]->expect_reply(1, &other);
+  ASSERT_TRUE(cl.comms[2]->reply(ReplyTo{0, id2, kNote}, bytes_of("not yours")).is_ok());
+  cl.pump();
+  EXPECT_FALSE(other.done.done());
+  EXPECT_NE(cl.fatal_of(0).find("node 2 answered request"), std::string::npos) << cl.fatal_of(0);
+  EXPECT_TRUE(cl.comms[0]->cancel(id2));
+}
+
+// Expecting a reply from a node that has failed completes at once with the failure.
+TEST(CommLoopback, ExpectingAReplyFromADeadPeerFailsAtOnce) {
+  Cluster cl(2);
+  cl.fabric.kill(1);
+  cl.pump();
+  Comm::Request req;
+  (void)cl.comms[0]->expect_reply(1, &req);
+  ASSERT_TRUE(req.done.done());
+  EXPECT_EQ(req.done.status().code(), StatusCode::kPeerFailed);
 }
 
 TEST(CommLoopback, ErrorReplyReachesTheCaller) {
