@@ -83,6 +83,10 @@ const ConfigRow kRows[] = {
     {"PREFETCH", ConfigType::kBool, "1",
      "At an acquire, fetch again at once the pages it invalidates that this node was reading, "
      "instead of at their next fault."},
+    {"PUSH_PAGES", ConfigType::kInt, "16",
+     "hlrc: at a barrier, a home sends each node that reads a page it wrote a copy of the page "
+     "with the release (barrier pushes), up to this many pages per node and barrier. 0: off.",
+     "", 0, 4096},
     {"HOME_MIGRATION", ConfigType::kInt, "0",
      "hlrc: a home that applies this many diffs in a row from one other node (no other write in "
      "between) offers that node the page's home. 0: homes never move. Experimental.",

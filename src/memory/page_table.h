@@ -67,6 +67,8 @@ struct PageEntry {
   VersionVec version;   // writes the copy (or, at the home, the master) includes
   // For owner-based protocols (sc_mrsw, erc_sw): the node this one believes owns the page, and
   // at the owner the nodes holding read copies (sorted). DSM-PM2's prob_owner and copyset.
+  // HLRC uses `copyset` at the home for the nodes that read the page: they get a copy with each
+  // barrier after the home wrote it (barrier pushes).
   int32_t prob_owner = kHomeUnknown;
   std::vector<uint32_t> copyset;
   // Owner-based protocols: at the owner the page's current epoch (one per invalidation round);
@@ -81,6 +83,10 @@ struct PageEntry {
   uint32_t home_moves = 0;
   int32_t streak_writer = kHomeUnknown;
   uint32_t streak = 0;
+  // HLRC at the home: whether another node's diff ever reached the page. It is never pushed
+  // then (barrier pushes, docs/protocols/hlrc.md): the home's copy at its barrier arrival would
+  // often lack the other writers' diffs. (The readers it is pushed to are its `copyset`.)
+  bool remote_writes = false;
 };
 
 class PageTable {

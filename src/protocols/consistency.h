@@ -59,6 +59,23 @@ class Consistency {
   virtual VectorTime validated() const { return {}; }
   virtual void collect() {}
   virtual void drop_validated(const VectorTime& all_validated) { (void)all_validated; }
+
+  // Barrier mail: what a node sends other nodes through a barrier instead of messages of its
+  // own (HLRC: copies of pages a home wrote, for the nodes that read them, and a reader's
+  // "stop sending me this page"). A barrier arrival carries the node's mail
+  // (write_barrier_mail, application thread, after its release); the release that ends the
+  // episode delivers each item to its destination, where take_barrier_mail stores it before
+  // any waiter of the episode acquires (any thread, never waits).
+  struct MailItem {
+    uint32_t node;  // the destination (write) or the sender (take)
+    std::vector<std::byte> blob;
+  };
+  virtual void write_barrier_mail(std::vector<MailItem>* out) { (void)out; }
+  virtual Status take_barrier_mail(uint32_t from, std::span<const std::byte> blob) {
+    (void)from;
+    (void)blob;
+    return Status::ok();
+  }
 };
 
 }  // namespace loom::protocols

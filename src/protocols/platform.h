@@ -62,6 +62,10 @@ class Platform final : public memory::FaultTarget, public Consistency {
   VectorTime validated() const override;
   void collect() override;
   void drop_validated(const VectorTime& all_validated) override;
+  void write_barrier_mail(std::vector<MailItem>* out) override { notices_.write_barrier_mail(out); }
+  Status take_barrier_mail(uint32_t from, std::span<const std::byte> blob) override {
+    return notices_.take_barrier_mail(from, blob);
+  }
 
   // The page's protocol state, for fatal errors.
   std::string dump_page(memory::PageId page);

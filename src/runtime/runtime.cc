@@ -174,6 +174,7 @@ void Runtime::start_memory() {
   protocols::hlrc::Hlrc::Options hopts;
   hopts.prefetch = config_.get_bool("PREFETCH");
   hopts.migrate_after = static_cast<uint32_t>(config_.get_int("HOME_MIGRATION"));
+  hopts.push_pages = static_cast<uint32_t>(config_.get_int("PUSH_PAGES"));
   hlrc_ = std::make_unique<protocols::hlrc::Hlrc>(*comm_, *space_, *table_, *heap_, hopts);
   platform_ = std::make_unique<protocols::Platform>(*space_, *table_, *heap_, *hlrc_);
   platform_->add(hlrc_.get(), nullptr);
@@ -237,6 +238,11 @@ nlohmann::json Runtime::dsm_json() const {
   j["home_redirects_sent"] = v(c.redirects_sent);
   j["home_redirects_followed"] = v(c.redirects_followed);
   j["diffs_forwarded"] = v(c.diffs_forwarded);
+  j["pushes_sent"] = v(c.pushes_sent);
+  j["pushes_installed"] = v(c.pushes_installed);
+  j["pushes_used"] = v(c.pushes_used);
+  j["pushes_declined"] = v(c.pushes_declined);
+  j["pushes_dropped"] = v(c.pushes_dropped);
   const sync::LockCounters& l = locks_->counters();
   j["lock_acquires_local"] = v(l.local_acquires);
   j["lock_acquires_remote"] = v(l.remote_acquires);

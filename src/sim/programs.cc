@@ -578,6 +578,8 @@ const std::vector<MutantInfo>& mutants() {
       {"move_unforwarded",
        "a home that moves does not forward the diffs it held while the offer was open",
        Mutant::kMoveUnforwarded},
+      {"push_stale", "a barrier's pushed copy is installed although it lacks required writes",
+       Mutant::kPushStale},
       {"lrc_reverse_order", "lrc_mw applies fetched diffs in reverse happens-before order",
        Mutant::kNone, protocols::lrc::Mutant::kReverseOrder, "lrc_mw"},
       {"so_one_block", "single_owner fetches only the lowest stale block of a copy", Mutant::kNone,

@@ -115,17 +115,22 @@ void writers_readers(Simulation& sim, std::shared_ptr<Shared> sh) {
 constexpr uint64_t kRowBytes = 1024 * 8;
 constexpr int kSteps = 30;
 
-void heat_flow(Simulation& sim, std::shared_ptr<Shared> sh, bool stop_vector) {
+// `at_writer` (hfp_w): each row is homed at its writer instead, as first-touch placement puts
+// SOR's rows: the reader's copy is invalidated by every step's notice and fetched again, unless
+// the home pushes it with the barrier (docs/protocols/hlrc.md#barrier-pushes).
+void heat_flow(Simulation& sim, std::shared_ptr<Shared> sh, bool stop_vector,
+               bool at_writer = false) {
   uint32_t n = sim.nodes();
   for (uint32_t node = 0; node < n; ++node) {
-    sim.spawn(node, [sh, n, stop_vector](Thread& t) {
+    sim.spawn(node, [sh, n, stop_vector, at_writer](Thread& t) {
       const uint32_t p = t.node();
       if (p == 0) {
         // addrs[i] = B[i] for i < 2n-2, then D.
         for (uint32_t i = 0; i < 2 * n - 2; ++i) {
           // B[2q] is the last row of q, read by q+1; B[2q-1] the first row of q, read by q-1.
           int reader = i % 2 == 0 ? static_cast<int>(i / 2 + 1) : static_cast<int>((i + 1) / 2 - 1);
-          sh->addrs.push_back(t.alloc(kRowBytes, Placement::kNode, reader));
+          int writer = i % 2 == 0 ? static_cast<int>(i / 2) : static_cast<int>((i + 1) / 2);
+          sh->addrs.push_back(t.alloc(kRowBytes, Placement::kNode, at_writer ? writer : reader));
         }
         sh->addrs.push_back(t.alloc(uint64_t{n} * kWord, Placement::kNode, 0));
       }
@@ -596,6 +601,11 @@ const std::vector<Scenario>& scenarios() {
       {{"hfp_d", "heat flow with the stop vector D written by all and read by all every step"},
        2,
        [](Simulation& sim, std::shared_ptr<Shared> sh) { heat_flow(sim, std::move(sh), true); }},
+      {{"hfp_w", "heat flow with each boundary row homed at its writer (SOR's first touch)"},
+       2,
+       [](Simulation& sim, std::shared_ptr<Shared> sh) {
+         heat_flow(sim, std::move(sh), false, true);
+       }},
       {{"is",
         "integer sort (IS_1024): lock-protected updates of one global page, barrier, all read "
         "it; x10"},

@@ -13,13 +13,44 @@ using protocols::ByteWriter;
 using protocols::VectorTime;
 namespace hl = protocols::hlrc;
 
-// Arrival (a request):  u64 id, u32 count, u32 flags, u64 episode, vt, vt validated, record set
-// Release (its reply):  u64 id, u64 episode, vt (release), u32 has_floor, [vt floor], u32 flags,
-//                       vt all_validated, record set; or empty (another arrival of the node
-//                       gets the release)
+// Arrival: u64 answer_to, u64 id, u32 count, u32 flags, u64 episode, vt, vt validated, record
+//          set, mail (u32 n, then n x {u32 to, u32 len, len bytes}). A request (answer_to = 0:
+//          the release answers the request), or the reply to a solicitation (answer_to: the id
+//          the release answers).
+// Release (a reply): u64 id, u64 episode, vt (release), u32 has_floor, [vt floor], u32 flags,
+//          vt all_validated, record set, then for the node it goes to: mail (u32 n, then
+//          n x {u32 from, u32 len, len bytes}), u64 solicitation (the id the node's next arrival
+//          answers; 0: none). Or empty: another arrival of the node gets the release.
 // flags bit 0: arrival: this node wants a collection; release: every node collects.
 namespace {
 constexpr uint32_t kFlagCollect = 1;
+using Mail = std::vector<protocols::Consistency::MailItem>;
+
+void write_mail(ByteWriter& w, const Mail& items) {
+  w.u32(static_cast<uint32_t>(items.size()));
+  for (const auto& m : items) {
+    w.u32(m.node);
+    w.u32(static_cast<uint32_t>(m.blob.size()));
+    w.bytes(m.blob);
+  }
+}
+
+// Reads a mail section; every node id must be below `nodes` and differ from `self`.
+Result<Mail> read_mail(ByteReader& r, uint32_t nodes, uint32_t self) {
+  uint32_t n;
+  if (!r.u32(&n) || n > r.left() / 8) return Status::malformed("barrier mail: bad count");
+  Mail items(n);
+  for (auto& m : items) {
+    uint32_t len;
+    std::span<const std::byte> blob;
+    if (!r.u32(&m.node) || !r.u32(&len) || !r.bytes(len, &blob))
+      return Status::malformed("barrier mail: truncated");
+    if (m.node >= nodes || m.node == self)
+      return Status::malformed(fmt::format("barrier mail names node {}", m.node));
+    m.blob.assign(blob.begin(), blob.end());
+  }
+  return items;
+}
 
 // The node's validated vector time, as sent: zeros when it never validated.
 VectorTime validated_or_zero(const protocols::Consistency& c, uint32_t nodes) {
@@ -37,13 +68,18 @@ BarrierService::BarrierService(comm::Comm& comm, protocols::Consistency& consist
       nodes_(comm.size()),
       num_pages_(num_pages) {}
 
-BarrierService::~BarrierService() = default;
+BarrierService::~BarrierService() {
+  MutexLock l(mgr_mu_);
+  for (auto& [id, m] : managed_)
+    for (auto& s : m.solicited)
+      if (s != nullptr && !s->taken) comm_.cancel(s->id);
+}
 
 Status BarrierService::register_messages() {
   comm::MessageRegistry& reg = comm_.registry();
   auto print = [](std::span<const std::byte> p) {
     uint64_t id = 0;
-    if (p.size() >= 8) std::memcpy(&id, p.data(), 8);
+    if (p.size() >= 16) std::memcpy(&id, p.data() + 8, 8);
     return fmt::format("barrier={:#x} bytes={}", id, p.size());
   };
   return reg.add(
@@ -57,14 +93,22 @@ Status BarrierService::register_messages() {
 
 void BarrierService::wait(uint64_t id, uint32_t count) {
   consistency_.release(protocols::ReleaseKind::kBarrier);
+  Mail mail;
+  consistency_.write_barrier_mail(&mail);
   Waiter w;
   std::vector<std::byte> payload;
+  uint64_t episode;
+  comm::ReplyTo solicited;
   {
     MutexLock l(mu_);
     NodeBarrier& nb = bars_[id];
     if (nb.base.empty()) nb.base.assign(nodes_, 0);
     nb.waiters.push_back(&w);
+    episode = nb.episode;
+    solicited = nb.solicited;  // the node's first arrival answers the solicitation
+    nb.solicited = {};
     ByteWriter bw(&payload);
+    bw.u64(0);  // answer_to, set below
     bw.u64(id);
     bw.u32(count);
     bw.u32(consistency_.wants_collection() ? kFlagCollect : 0);
@@ -72,6 +116,7 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
     hl::write_vt(bw, consistency_.vector_time());
     hl::write_vt(bw, validated_or_zero(consistency_, nodes_));
     consistency_.write_notices_for(nb.base, bw);
+    write_mail(bw, mail);
   }
   counters_.waits.fetch_add(1, std::memory_order_relaxed);
   int64_t t0 = comm::now_ns();
@@ -79,16 +124,26 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
   if (mgr == me_) {
     Status s = on_arrive(me_, comm::ReplyTo{}, payload);
     LOOM_CHECK(s.is_ok(), "barrier {:#x}: {}", id, s.to_string());
+    serve_solicited(id, episode);
   } else {
     comm::Comm::Request req;
-    Status s = comm_.start_request(mgr, msg::kBarrierArrive, payload, &req);
+    Status s;
+    if (solicited.valid()) {
+      // The arrival answers the manager's solicitation; the release answers this request.
+      uint64_t answer_to = comm_.expect_reply(mgr, &req);
+      std::memcpy(payload.data(), &answer_to, sizeof answer_to);
+      s = comm_.reply(solicited, payload);
+      counters_.solicited_arrivals.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      s = comm_.start_request(mgr, msg::kBarrierArrive, payload, &req);
+    }
     LOOM_CHECK(s.is_ok(), "barrier {:#x}: sending the arrival to node {}: {}", id, mgr,
                s.to_string());
     const Status& r = comm_.wait(req.done);
     LOOM_CHECK(r.is_ok(), "barrier {:#x}: waiting for node {}: {}", id, mgr, r.to_string());
     // The release, or nothing if another arrival of this node got it (it wakes us).
     if (req.reply.size() != 0) {
-      Status rs = on_release(req.reply.span());
+      Status rs = on_release(mgr, req.reply.span());
       LOOM_CHECK(rs.is_ok(), "barrier {:#x}: release from node {}: {}", id, mgr, rs.to_string());
     }
   }
@@ -102,35 +157,91 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
   }
 }
 
+void BarrierService::serve_solicited(uint64_t id, uint64_t episode) {
+  for (;;) {
+    Solicited* outstanding = nullptr;
+    comm::NodeId from = 0;
+    comm::Buffer arrival;
+    {
+      MutexLock l(mgr_mu_);
+      Managed& m = managed_[id];
+      // The episode ended (its last arrival released it), or another thread of this node
+      // serves it.
+      if (m.episode != episode || m.serving) return;
+      for (comm::NodeId n = 0; n < m.solicited.size() && outstanding == nullptr; ++n) {
+        Solicited* s = m.solicited[n].get();
+        if (s == nullptr || s->taken) continue;
+        if (s->req.done.done()) {
+          const Status& st = s->req.done.status();
+          LOOM_CHECK(st.is_ok(), "barrier {:#x}: node {}'s arrival: {}", id, n, st.to_string());
+          s->taken = true;
+          from = n;
+          arrival = std::move(s->req.reply);
+          break;
+        }
+        outstanding = s;
+      }
+      if (arrival.size() == 0 && outstanding == nullptr) return;  // the rest come as requests
+      // note: only the serving thread takes solicitations, and the episode cannot end before
+      // `outstanding` is taken, so it stays alive while this thread waits for it.
+      if (arrival.size() == 0) m.serving = true;
+    }
+    if (arrival.size() != 0) {
+      Status s = on_arrive(from, comm::ReplyTo{}, arrival.span());
+      LOOM_CHECK(s.is_ok(), "barrier {:#x}: bad arrival from node {}: {}", id, from, s.to_string());
+      continue;
+    }
+    const Status& st = comm_.wait(outstanding->req.done);
+    LOOM_CHECK(st.is_ok(), "barrier {:#x}: waiting for an arrival: {}", id, st.to_string());
+    MutexLock l(mgr_mu_);
+    managed_[id].serving = false;
+  }
+}
+
 Status BarrierService::on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
                                  std::span<const std::byte> payload) {
   ByteReader r(payload);
-  uint64_t id, episode;
+  uint64_t answer_to, id, episode;
   uint32_t count, flags;
-  if (!r.u64(&id) || !has_tag(id, kBarrierTag) || !r.u32(&count) || !r.u32(&flags) ||
-      !r.u64(&episode) || (flags & ~kFlagCollect) != 0)
+  if (!r.u64(&answer_to) || !r.u64(&id) || !has_tag(id, kBarrierTag) || !r.u32(&count) ||
+      !r.u32(&flags) || !r.u64(&episode) || (flags & ~kFlagCollect) != 0)
     return Status::malformed("barrier arrival: bad header");
   if (manager_of(id, nodes_) != me_)
     return Status::malformed("barrier arrival sent to a non-manager");
+  // A request is answered as such; a solicited arrival names the request to answer.
+  comm::ReplyTo to = reply;
+  if (reply.valid() || src == me_) {
+    if (answer_to != 0) return Status::malformed("barrier arrival: a request with a reply id");
+  } else {
+    if (answer_to == 0) return Status::malformed("barrier arrival: a solicited one without id");
+    to = comm::ReplyTo{src, answer_to, msg::kBarrierArrive};
+  }
   Result<VectorTime> vt = hl::read_vt(r, nodes_);
   if (!vt) return vt.status();
   Result<VectorTime> validated = hl::read_vt(r, nodes_);
   if (!validated) return validated.status();
   Result<std::vector<hl::Record>> recs = hl::read_records(r, nodes_, num_pages_);
   if (!recs) return recs.status();
+  Result<Mail> mail = read_mail(r, nodes_, src);
+  if (!mail) return mail.status();
+  if (r.left() != 0) return Status::malformed("barrier arrival: trailing bytes");
 
   std::vector<std::byte> release;
+  std::vector<Mail> post(nodes_);            // by destination
+  std::vector<uint64_t> solicit(nodes_, 0);  // the next episode's solicitations, by node
   std::vector<comm::ReplyTo> replies;
   bool local = false;  // this node has waiters to release
   {
     MutexLock l(mgr_mu_);
     Managed& m = managed_[id];
+    if (m.solicited.empty()) m.solicited.resize(nodes_);
     if (m.arrived == 0) {
       m.count = count;
       m.from.assign(nodes_, false);
       m.max_vt.assign(nodes_, 0);
       m.collect = false;
       m.min_validated = *validated;
+      m.mail.assign(nodes_, {});
     }
     if (count != m.count)
       log::die(3, fmt::format("barrier {:#x}: node {} waits for {} arrivals, others for {}; every "
@@ -145,7 +256,8 @@ Status BarrierService::on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
       m.min_validated[w] = std::min(m.min_validated[w], (*validated)[w]);
     }
     m.collect = m.collect || (flags & kFlagCollect) != 0;
-    if (reply.valid()) m.replies.push_back(reply);
+    if (to.valid()) m.replies.push_back(to);
+    for (auto& item : *mail) m.mail[item.node].push_back({src, std::move(item.blob)});
     for (hl::Record& rec : *recs) {
       auto key = std::make_pair(rec.writer, rec.interval);
       m.records.try_emplace(key, std::move(rec));
@@ -173,6 +285,20 @@ Status BarrierService::on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
     all.reserve(m.records.size());
     for (const auto& [k, rec] : m.records) all.push_back(&rec);
     hl::write_records(w, all);
+    post.swap(m.mail);
+    // Solicit every other node's next arrival. Every node arrived in this episode, each first
+    // arrival answering its solicitation if it had one; so every solicitation is taken.
+    for (comm::NodeId n = 0; n < nodes_; ++n) {
+      if (n == me_) continue;
+      std::unique_ptr<Solicited>& s = m.solicited[n];
+      LOOM_CHECK(s == nullptr || s->taken || comm_.cancel(s->id),
+                 "barrier {:#x}: episode {} ends with node {}'s arrival unprocessed", id, m.episode,
+                 n);
+      s = std::make_unique<Solicited>();
+      s->id = comm_.expect_reply(n, &s->req);
+      solicit[n] = s->id;
+    }
+    m.serving = false;  // nobody serves the next episode yet
     m.prev_vt = m.max_vt;
     m.has_prev = true;
     m.records.clear();
@@ -180,23 +306,32 @@ Status BarrierService::on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
     ++m.episode;
     counters_.episodes_managed.fetch_add(1, std::memory_order_relaxed);
   }
+  // Each node's release: the common part, then its mail and its solicitation.
+  auto release_for = [&](comm::NodeId node) {
+    std::vector<std::byte> out = release;
+    ByteWriter w(&out);
+    write_mail(w, post[node]);
+    w.u64(solicit[node]);
+    return out;
+  };
   // note: replies first; the local waiters' release (notices, garbage collection) can wait.
   std::vector<bool> answered(nodes_, false);
   for (const comm::ReplyTo& to : replies) {
     const bool first = !answered[to.node];
     answered[to.node] = true;
-    Status s = first ? comm_.reply(to, release) : comm_.reply(to, std::span<const std::byte>());
+    Status s = first ? comm_.reply(to, release_for(to.node))
+                     : comm_.reply(to, std::span<const std::byte>());
     LOOM_CHECK(s.is_ok(), "barrier {:#x}: sending the release to node {}: {}", id, to.node,
                s.to_string());
   }
   if (local) {
-    Status s = on_release(release);
+    Status s = on_release(me_, release_for(me_));
     LOOM_CHECK(s.is_ok(), "barrier {:#x}: {}", id, s.to_string());
   }
   return Status::ok();
 }
 
-Status BarrierService::on_release(std::span<const std::byte> payload) {
+Status BarrierService::on_release(comm::NodeId mgr, std::span<const std::byte> payload) {
   ByteReader r(payload);
   uint64_t id, episode;
   uint32_t has_floor;
@@ -216,9 +351,17 @@ Status BarrierService::on_release(std::span<const std::byte> payload) {
     return Status::malformed("barrier release: bad flags");
   Result<VectorTime> all_validated = hl::read_vt(r, nodes_);
   if (!all_validated) return all_validated.status();
-  // Store the notices before any waiter runs.
+  // Store the notices and the mail before any waiter runs.
   if (Status s = consistency_.store_notices(r); !s) return s;
+  Result<Mail> mail = read_mail(r, nodes_, me_);
+  if (!mail) return mail.status();
+  uint64_t solicitation;
+  if (!r.u64(&solicitation)) return Status::malformed("barrier release: truncated");
   if (r.left() != 0) return Status::malformed("barrier release: trailing bytes");
+  if (mgr == me_ && solicitation != 0)
+    return Status::malformed("barrier release: the manager solicits itself");
+  for (const auto& item : *mail)
+    if (Status s = consistency_.take_barrier_mail(item.node, item.blob); !s) return s;
   std::vector<Waiter*> wake;
   {
     MutexLock l(mu_);
@@ -228,6 +371,8 @@ Status BarrierService::on_release(std::span<const std::byte> payload) {
           fmt::format("barrier {:#x}: release of episode {} during {}", id, episode, nb.episode));
     ++nb.episode;
     nb.base = std::move(*vt);
+    nb.solicited =
+        solicitation != 0 ? comm::ReplyTo{mgr, solicitation, msg::kBarrierArrive} : comm::ReplyTo{};
     wake.swap(nb.waiters);
   }
   // Every node holds the notices up to the previous episode's release: drop them.

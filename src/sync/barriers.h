@@ -1,30 +1,46 @@
 // Global barriers with write notices.
 //
 // A barrier id has a manager node (by hash). Each arriving thread first releases (its node's
-// interval ends), then sends an arrival carrying its node's vector time and the write notices
-// above the barrier's last release vector time (everything the other nodes might lack). The
-// manager merges them; the last arrival makes it answer every arrival: the first one of each
-// node with the release (the merged notices), the node's others with an empty reply. The
-// arrival is a request, so its reply reaches the waiting thread itself (it polls the network
-// while it waits): that thread processes the release and wakes the node's other waiters, with
-// no hop through its node's server thread. Woken threads acquire (apply the notices) before
-// returning.
+// interval ends), then sends an arrival carrying its node's vector time, the write notices
+// above the barrier's last release vector time (everything the other nodes might lack) and its
+// node's barrier mail (Consistency::write_barrier_mail: HLRC's page pushes). The manager merges
+// them; the last arrival makes it answer every arrival: the first one of each node with the
+// release (the merged notices and the mail addressed to that node), the node's others with an
+// empty reply. The release is a reply, so it reaches the waiting thread itself (it polls the
+// network while it waits): that thread processes the release and wakes the node's other
+// waiters, with no hop through its node's server thread. Woken threads acquire (apply the
+// notices) before returning.
+//
+// Solicited arrivals. A plain arrival is a request, which the manager's server thread handles;
+// when the manager's own threads are already waiting, that costs a wake-up of the server thread
+// on every episode (~40-100 us on a small VM, most of a barrier's latency). So with each
+// release, the manager also *solicits* the node's next arrival: it registers a request of its
+// own for node n (Comm::expect_reply) and sends its id in n's release. The first thread of n
+// that arrives at the next episode answers that solicitation: its arrival is a reply, which
+// completes at whichever thread of the manager polls the network, and the manager's waiting
+// thread processes it itself (serve_solicited). The arrival carries the id of a request of n's
+// (again expect_reply) that the manager answers with the release. So from the second episode on,
+// a barrier between nodes whose threads are waiting involves no server thread at all. The
+// first episode, and arrivals of a node's further threads, use plain requests.
 //
 // Every episode must include at least one thread of every node (count >= nodes): that is what
 // lets each node send only the notices above the previous release, and lets every node drop
 // notices all nodes hold (the release of episode k carries the vector time of episode k-1 as
-// the garbage-collection floor). An episode completed by a subset of nodes stops the job with a
+// the garbage-collection floor). It also means that every solicitation of an episode is answered
+// before the episode ends. An episode completed by a subset of nodes stops the job with a
 // message saying so.
 //
 // TODO(scale): the manager is centralized; a tree (or dissemination) for many nodes.
 //
-// Thread safety: wait() from application threads; on_arrive on the server thread (remote
-// arrivals) or the manager's arriving thread; on_release on the thread that got the release.
+// Thread safety: wait() from application threads; on_arrive on the server thread (requested
+// arrivals) or a manager's thread (its own and solicited arrivals); on_release on the thread
+// that got the release.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <unordered_map>
 #include <vector>
 
@@ -36,12 +52,14 @@
 namespace loom::sync {
 
 struct BarrierCounters {
-  std::atomic<uint64_t> waits{0}, episodes_managed{0}, wait_ns{0}, collections{0};
+  std::atomic<uint64_t> waits{0}, episodes_managed{0}, wait_ns{0}, collections{0},
+      solicited_arrivals{0};  // arrivals sent as the answer to a manager's solicitation
 };
 
 class BarrierService {
  public:
   BarrierService(comm::Comm& comm, protocols::Consistency& consistency, uint64_t num_pages);
+  // Forgets the solicitations still open (they are never answered once the job ends).
   ~BarrierService();
   BarrierService(const BarrierService&) = delete;
   BarrierService& operator=(const BarrierService&) = delete;
@@ -62,6 +80,15 @@ class BarrierService {
     uint64_t episode = 0;
     std::vector<Waiter*> waiters;
     protocols::VectorTime base;  // the last release's vector time
+    // The manager's solicitation of this node's arrival at `episode` (invalid: none, or taken
+    // by an arrival).
+    comm::ReplyTo solicited;
+  };
+  // A solicitation the manager made: node n's next arrival answers it.
+  struct Solicited {
+    comm::Comm::Request req;
+    uint64_t id = 0;
+    bool taken = false;  // a manager thread processes (or processed) the arrival
   };
   struct Managed {
     uint64_t episode = 0;
@@ -75,12 +102,22 @@ class BarrierService {
     bool has_prev = false;
     bool collect = false;                 // some arrival of this episode wants a collection
     protocols::VectorTime min_validated;  // element-wise minimum over the arrivals
+    // The arrivals' mail, by destination (MailItem::node: the sender).
+    std::vector<std::vector<protocols::Consistency::MailItem>> mail;
+    // By node: the solicitation of its arrival at `episode` (null: none).
+    std::vector<std::unique_ptr<Solicited>> solicited;
+    bool serving = false;  // a thread of this node waits for solicited arrivals
   };
 
-  // `reply`: the arrival's request (invalid for the manager node's own threads).
+  // `reply`: where the node that arrived wants the release (invalid for the manager node's own
+  // threads).
   Status on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
                    std::span<const std::byte> payload);
-  Status on_release(std::span<const std::byte> payload);
+  Status on_release(comm::NodeId mgr, std::span<const std::byte> payload);
+  // The manager's arriving thread, after its own arrival: processes the solicited arrivals that
+  // came, and while the episode `episode` goes on, waits for the ones still to come (unless
+  // another thread of this node already does).
+  void serve_solicited(uint64_t id, uint64_t episode);
 
   comm::Comm& comm_;
   protocols::Consistency& consistency_;

@@ -56,9 +56,11 @@ TEST(SimTest, CountsMessagesOfARealProtocolRun) {
   EXPECT_TRUE(saw_page_request);
 }
 
-uint64_t scenario_messages(const std::string& name, uint32_t nodes, bool prefetch) {
+uint64_t scenario_messages(const std::string& name, uint32_t nodes, bool prefetch,
+                           uint32_t push_pages = 0) {
   Options o;
   o.hlrc.prefetch = prefetch;
+  o.hlrc.push_pages = push_pages;
   Result<ScenarioResult> r = run_scenario(name, nodes, o);
   EXPECT_TRUE(r.is_ok()) << r.status().to_string();
   return r ? r->messages : 0;
@@ -71,6 +73,31 @@ uint64_t scenario_messages(const std::string& name, uint32_t nodes, bool prefetc
 TEST(ScenarioTest, WritersReadersNeedFiveMessagesPerOtherNode) {
   for (uint32_t n = 2; n <= 8; ++n)
     EXPECT_EQ(scenario_messages("writers_readers", n, true), 5u * (n - 1)) << n << " nodes";
+}
+
+// Boundary rows homed at their writers (hfp_w, SOR's layout): without barrier pushes every reader
+// fetches its neighbours' rows again after every barrier (with prefetch: a request and a reply per
+// page); with them the rows ride on the barrier's release once the first fetches have made the
+// neighbours readers and the home has written the rows in two intervals in a row, so only the
+// first steps fetch (4 of 30 here). The barrier itself stays 2 messages per other node and step.
+TEST(ScenarioTest, BarrierPushesCarryRowsHomedAtTheirWriters) {
+  for (uint32_t n : {2u, 4u, 8u}) {
+    Options o;
+    o.hlrc.push_pages = 0;
+    Result<ScenarioResult> pull = run_scenario("hfp_w", n, o);
+    o.hlrc.push_pages = 16;
+    Result<ScenarioResult> push = run_scenario("hfp_w", n, o);
+    ASSERT_TRUE(pull.is_ok() && push.is_ok());
+    auto requests = [](const ScenarioResult& r) {
+      for (const auto& t : r.by_type)
+        if (t.name == "hlrc.page_request") return t.messages;
+      return uint64_t{0};
+    };
+    // 30 steps; each reads 2 pages from each neighbour: 2(n-1) rows of 2 pages, re-fetched.
+    EXPECT_GE(requests(*pull), 2u * 29 * 2 * (n - 1)) << n << " nodes";
+    EXPECT_LE(requests(*push), 4u * 2 * 2 * (n - 1)) << n << " nodes";
+    EXPECT_LT(push->messages, pull->messages / 2) << n << " nodes";
+  }
 }
 
 // EP without prefetch: each other node fetches its two pages (Q and S rows, both homed at node

@@ -74,7 +74,7 @@ int run_check(uint64_t count, uint64_t seed, uint64_t schedules,
         std::cerr << "loom-sim: " << r.message() << '\n'
                   << fmt::format(
                          "loom-sim: {} runs passed before this one; replay with: loom-sim "
-                         "--check 1 --seed {}{}{}{}{}{} --trace\n",
+                         "--check 1 --seed {}{}{}{}{}{}{} --trace\n",
                          i * schedules + j, s,
                          schedules > 1 ? fmt::format(" --schedules {}", j + 1) : "",
                          litmus_name ? " --litmus " + *litmus_name : "",
@@ -82,7 +82,10 @@ int run_check(uint64_t count, uint64_t seed, uint64_t schedules,
                          base.hlrc.migrate_after == protocols::hlrc::Hlrc::Options().migrate_after
                              ? ""
                              : fmt::format(" --home-migration {}", base.hlrc.migrate_after),
-                         mutant.empty() ? "" : " --mutant " + mutant);
+                         mutant.empty() ? "" : " --mutant " + mutant,
+                         base.hlrc.push_pages == protocols::hlrc::Hlrc::Options().push_pages
+                             ? ""
+                             : fmt::format(" --push-pages {}", base.hlrc.push_pages));
         exit_now(kExitViolation);
       }
       reads += st.reads;
@@ -123,10 +126,15 @@ int run_scenario_cmd(const std::string& name, uint32_t nodes, const Options& bas
   if (json) {
     nlohmann::json types = nlohmann::json::object();
     for (const auto& t : r->by_type) types[t.name] = {{"messages", t.messages}, {"bytes", t.bytes}};
-    nlohmann::json j{{"scenario", name},        {"protocol", base.protocol},
-                     {"nodes", nodes},          {"prefetch", base.hlrc.prefetch},
-                     {"messages", r->messages}, {"bytes", r->bytes},
-                     {"by_type", types},        {"steps", r->steps}};
+    nlohmann::json j{{"scenario", name},
+                     {"protocol", base.protocol},
+                     {"nodes", nodes},
+                     {"prefetch", base.hlrc.prefetch},
+                     {"push_pages", base.hlrc.push_pages},
+                     {"messages", r->messages},
+                     {"bytes", r->bytes},
+                     {"by_type", types},
+                     {"steps", r->steps}};
     std::cout << j.dump() << '\n';
   } else {
     std::cout << fmt::format("{} on {} nodes ({}): {} messages, {} bytes\n", name, nodes,
@@ -170,6 +178,7 @@ int run_table(const std::vector<uint32_t>& counts, const Options& base, bool jso
       out.push_back({{"scenario", sc.name},
                      {"protocol", base.protocol},
                      {"prefetch", base.hlrc.prefetch},
+                     {"push_pages", base.hlrc.push_pages},
                      {"nodes", counts},
                      {"messages", msgs},
                      {"bytes", bytes},
@@ -208,6 +217,7 @@ int main(int argc, char** argv) {
        list_litmus = false, no_prefetch = false;
   uint64_t lrc_gc_bytes = 0;
   uint32_t home_migration = protocols::hlrc::Hlrc::Options().migrate_after;
+  uint32_t push_pages = protocols::hlrc::Hlrc::Options().push_pages;
   app.add_option("--check", check, "Check K programs with the consistency checker")
       ->option_text("K");
   app.add_option("--seed", seed, "First seed (programs use seed, seed+1, ...)")->option_text("S");
@@ -238,6 +248,9 @@ int main(int argc, char** argv) {
                  "lrc_mw: diff bytes a node keeps before asking for a collection "
                  "(LOOM_LRC_GC_BYTES; 1: at every barrier)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--push-pages", push_pages,
+                 "Barrier pushes: pages per reader and barrier (LOOM_PUSH_PAGES; 0: off)")
+      ->check(CLI::Range(0, 4096));
   app.add_option("--home-migration", home_migration,
                  "hlrc: diffs in a row from one node after which a home offers it the page "
                  "(LOOM_HOME_MIGRATION; 0: homes never move)")
@@ -277,6 +290,7 @@ int main(int argc, char** argv) {
   base.protocol = protocol;
   base.hlrc.prefetch = !no_prefetch;
   base.hlrc.migrate_after = home_migration;
+  base.hlrc.push_pages = push_pages;
   base.lrc_gc_bytes = lrc_gc_bytes;
   if (!mutant.empty()) {
     const MutantInfo* m = find_mutant(mutant);

@@ -86,6 +86,8 @@ const char* state_name(uint8_t s) {
       return "home-shared";
     case PageState::kHomeMoving:
       return "home-moving";
+    case PageState::kPushed:
+      return "pushed";
   }
   return "?";
 }
@@ -173,10 +175,10 @@ std::string Hlrc::dump_page(PageId page) {
   if (e == nullptr) return fmt::format("page {}: no entry", page);
   return fmt::format(
       "page {} on node {}: home={} (moved {}x) state={} prot={} fetching={} dirty={} twin={} "
-      "last_flush={} required={} version={} streak={}x{}",
+      "last_flush={} required={} version={} streak={}x{} readers={}",
       page, me_, e->home, e->home_moves, state_name(e->state), memory::prot_name(e->prot),
       e->fetching, e->in_dirty_list, e->twin != nullptr, e->last_flush, e->required.to_string(),
-      e->version.to_string(), e->streak_writer, e->streak);
+      e->version.to_string(), e->streak_writer, e->streak, fmt::join(e->copyset, ","));
 }
 
 void Hlrc::init_static_pages() {
@@ -214,7 +216,12 @@ CounterList Hlrc::counter_list() const {
           {"fetch_wait_ns", relaxed(c.fetch_wait_ns)},
           {"homes_moved", relaxed(c.homes_moved)},
           {"home_redirects_followed", relaxed(c.redirects_followed)},
-          {"diffs_forwarded", relaxed(c.diffs_forwarded)}};
+          {"diffs_forwarded", relaxed(c.diffs_forwarded)},
+          {"pushes_sent", relaxed(c.pushes_sent)},
+          {"pushes_installed", relaxed(c.pushes_installed)},
+          {"pushes_used", relaxed(c.pushes_used)},
+          {"pushes_declined", relaxed(c.pushes_declined)},
+          {"pushes_dropped", relaxed(c.pushes_dropped)}};
 }
 
 // --- Faults ---------------------------------------------------------------------------------
@@ -281,6 +288,27 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
         e.state = st(PageState::kWritable);
         e.prot = Prot::kReadWrite;
         add_dirty(page, e);
+        space_.protect(page, 1, e.prot);
+        return true;
+      }
+      case PageState::kPushed: {
+        // The first access to a pushed copy: it is current, so no fetch; the home keeps pushing.
+        {
+          MutexLock pl(push_mu_);
+          unused_pushes_.erase(page);
+        }
+        counters_.pushes_used.fetch_add(1, std::memory_order_relaxed);
+        if (is_write) {
+          e.twin.reset(new std::byte[kPageBytes]);
+          std::memcpy(e.twin.get(), space_.sys_page(page), kPageBytes);
+          counters_.twins.fetch_add(1, std::memory_order_relaxed);
+          e.state = st(PageState::kWritable);
+          e.prot = Prot::kReadWrite;
+          add_dirty(page, e);
+        } else {
+          e.state = st(PageState::kReadOnly);
+          e.prot = Prot::kRead;
+        }
         space_.protect(page, 1, e.prot);
         return true;
       }
@@ -440,6 +468,7 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
                store_.known()[me_] + 1, store_.to_string());
   }
   std::map<int32_t, DiffBatch> batches;
+  std::vector<PageId> push;  // home pages with readers (barrier pushes)
   Record rec{
       .writer = me_, .interval = interval, .lamport = next.lamport, .pages = {}, .blocks = {}};
   // note: in batches of kStripeBatch pages, so a thread holds a bounded number of stripe locks
@@ -457,9 +486,18 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
       if (e.home == static_cast<int32_t>(me_)) {
         e.version.raise(me_, interval);
         if (e.prot == Prot::kReadWrite) e.prot = Prot::kRead;
-        e.streak_writer = static_cast<int32_t>(me_);  // the home writes it too: stay
-        e.streak = 0;
+        // The home writes it too: the page stays (home migration). The streak then counts the
+        // home's releases of the page in a row, with no other node's diff in between.
+        if (e.streak_writer == static_cast<int32_t>(me_)) {
+          ++e.streak;
+        } else {
+          e.streak_writer = static_cast<int32_t>(me_);
+          e.streak = 1;
+        }
         rec.pages.push_back(p);
+        // Pushed once the home has written it in two intervals in a row: a page written once
+        // (or by others too) is not worth a copy per reader and barrier.
+        if (!e.copyset.empty() && !e.remote_writes && e.streak >= 2) push.push_back(p);
         continue;
       }
       if (e.twin == nullptr) continue;
@@ -491,6 +529,10 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
       }
     }
   });
+  if (!push.empty()) {
+    MutexLock pl(push_mu_);
+    push_candidates_.insert(push_candidates_.end(), push.begin(), push.end());
+  }
   if (!written.empty()) {
     // note: HLRC's own pages count as wholly written; blocks are recorded only if some other
     // protocol's page has a partial mask.
@@ -560,7 +602,11 @@ void Hlrc::collect_garbage() {
 }
 
 void Hlrc::acquire() {
-  if (!unapplied_.load(std::memory_order_acquire)) return;
+  if (unapplied_.load(std::memory_order_acquire)) apply_unapplied();
+  if (has_pushes_.load(std::memory_order_acquire)) install_remaining_pushes();
+}
+
+void Hlrc::apply_unapplied() {
   MutexLock al(acquire_mu_);
   for (;;) {
     std::vector<Record> todo;
@@ -625,6 +671,7 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
     std::vector<PageId> close;
     size_t first_prefetch = prefetch.size();
     for (PageId p : batch) {
+      table_.lock_of(p).assert_held();  // in_stripe_batches holds the batch's stripes
       PageEntry& e = table_.at(p);
       for (const Written& w : writes[p]) e.required.raise(w.writer, w.interval);
       if (e.version.covers(e.required)) continue;  // our copy already has those writes
@@ -638,7 +685,12 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
         // The master copy lacks diffs still in flight: no access until they arrive.
         if (e.prot != Prot::kNone) close.push_back(p);
         e.prot = Prot::kNone;
-      } else if (e.state == st(PageState::kReadOnly) || e.state == st(PageState::kWritable)) {
+      } else if (install_push_locked(p, e)) {
+        // Its home sent the new version with the barrier: nothing to fetch.
+        if (e.prot != Prot::kNone) close.push_back(p);
+        e.prot = Prot::kNone;
+      } else if (e.state == st(PageState::kReadOnly) || e.state == st(PageState::kWritable) ||
+                 e.state == st(PageState::kPushed)) {
         // A clean copy this node was using is likely to be used again: fetch it now.
         if (opts_.prefetch && e.state == st(PageState::kReadOnly) && !e.fetching) {
           e.fetching = true;
@@ -705,6 +757,163 @@ void Hlrc::install_prefetched(PageId page, const Status& status, comm::Buffer re
     counters_.prefetches_dropped.fetch_add(1, std::memory_order_relaxed);
   }
   table_.notify(page);
+}
+
+// --- Barrier pushes -------------------------------------------------------------------------
+//
+// Mail blob (BarrierService delivers it): u32 n, n x {u64 page, version, kPageBytes bytes} (pages
+// the sender, their home, pushes to the destination), then u32 m, m x u64 page (pages pushed by
+// the destination, their home, that the sender did not use: stop pushing them).
+
+void Hlrc::write_barrier_mail(std::vector<MailItem>* out) {
+  std::vector<PageId> candidates;
+  std::unordered_map<PageId, int32_t> unused;
+  {
+    MutexLock pl(push_mu_);
+    candidates.swap(push_candidates_);
+    unused.swap(unused_pushes_);
+  }
+  if (candidates.empty() && unused.empty()) return;
+  struct Letter {
+    std::vector<std::byte> pushes;
+    uint32_t n = 0;
+    std::vector<PageId> declines;
+  };
+  std::map<uint32_t, Letter> letters;
+  for (const auto& [page, home] : unused) {
+    if (home < 0 || home == static_cast<int32_t>(me_) || static_cast<uint32_t>(home) >= nodes_)
+      continue;
+    letters[static_cast<uint32_t>(home)].declines.push_back(page);
+    counters_.pushes_declined.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  std::vector<uint32_t> pushed(nodes_, 0);
+  for (PageId p : candidates) {
+    PageEntry& e = table_.at(p);
+    MutexLock l(table_.lock_of(p));
+    // Not (or no longer) a home page others read, or the master lacks diffs still in flight.
+    if (e.home != static_cast<int32_t>(me_) || e.state != st(PageState::kHomeShared) ||
+        e.copyset.empty() || e.remote_writes || !e.version.covers(e.required))
+      continue;
+    std::vector<uint32_t> keep;
+    for (uint32_t d : e.copyset) {
+      if (d >= nodes_ || d == me_ || pushed[d] >= opts_.push_pages) {
+        // Over the limit: the node is a reader again once it fetches the page.
+        continue;
+      }
+      keep.push_back(d);
+      ++pushed[d];
+      Letter& letter = letters[d];
+      ByteWriter w(&letter.pushes);
+      w.u64(p);
+      write_version(w, e.version);
+      w.bytes({space_.sys_page(p), kPageBytes});
+      ++letter.n;
+      counters_.pushes_sent.fetch_add(1, std::memory_order_relaxed);
+    }
+    e.copyset = std::move(keep);
+  }
+  for (auto& [to, letter] : letters) {
+    MailItem item{to, {}};
+    ByteWriter w(&item.blob);
+    w.u32(letter.n);
+    w.bytes(letter.pushes);
+    w.u32(static_cast<uint32_t>(letter.declines.size()));
+    for (PageId p : letter.declines) w.u64(p);
+    out->push_back(std::move(item));
+  }
+}
+
+Status Hlrc::take_barrier_mail(uint32_t from, std::span<const std::byte> blob) {
+  ByteReader r(blob);
+  uint32_t n;
+  if (!r.u32(&n)) return Status::malformed("barrier pushes: truncated");
+  std::vector<std::pair<PageId, PushedCopy>> copies;
+  for (uint32_t k = 0; k < n; ++k) {
+    uint64_t page;
+    PushedCopy c{from, {}, {}};
+    std::span<const std::byte> data;
+    if (!r.u64(&page) || page >= space_.num_pages() ||
+        !read_version(r, nodes_, &c.version).is_ok() || !r.bytes(kPageBytes, &data))
+      return Status::malformed(fmt::format("barrier pushes from node {}: bad page entry", from));
+    c.data.assign(data.begin(), data.end());
+    copies.emplace_back(page, std::move(c));
+  }
+  uint32_t m;
+  if (!r.u32(&m) || m > r.left() / 8)
+    return Status::malformed(fmt::format("barrier pushes from node {}: bad declines", from));
+  for (uint32_t k = 0; k < m; ++k) {
+    uint64_t page;
+    if (!r.u64(&page) || page >= space_.num_pages())
+      return Status::malformed(fmt::format("barrier pushes from node {}: bad decline", from));
+    PageEntry& e = table_.at(page);
+    MutexLock l(table_.lock_of(page));
+    if (e.home == static_cast<int32_t>(me_)) std::erase(e.copyset, from);
+  }
+  if (r.left() != 0) return Status::malformed("barrier pushes: trailing bytes");
+  if (copies.empty()) return Status::ok();
+  MutexLock pl(push_mu_);
+  for (auto& [page, c] : copies) {
+    auto [it, fresh] = pushed_.try_emplace(page, std::move(c));
+    // Two pushes of one page (two releases of its home in the episode): keep the newer.
+    if (!fresh && c.version.covers(it->second.version)) it->second = std::move(c);
+  }
+  has_pushes_.store(true, std::memory_order_release);
+  return Status::ok();
+}
+
+bool Hlrc::install_push_locked(PageId page, PageEntry& e) {
+  if (!has_pushes_.load(std::memory_order_acquire)) return false;
+  PushedCopy c;
+  {
+    MutexLock pl(push_mu_);
+    auto it = pushed_.find(page);
+    if (it == pushed_.end()) return false;
+    c = std::move(it->second);
+    pushed_.erase(it);
+  }
+  return install_copy_locked(page, e, std::move(c));
+}
+
+bool Hlrc::install_copy_locked(PageId page, PageEntry& e, PushedCopy c) {
+  const bool fits = e.home == static_cast<int32_t>(c.from) && e.twin == nullptr && !e.fetching &&
+                    (e.state == st(PageState::kReadOnly) || e.state == st(PageState::kInvalid) ||
+                     e.state == st(PageState::kPushed)) &&
+                    (c.version.covers(e.required) || opts_.mutant == Options::Mutant::kPushStale);
+  if (!fits) {
+    counters_.pushes_dropped.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  std::memcpy(space_.sys_page(page), c.data.data(), kPageBytes);
+  e.version = std::move(c.version);
+  e.state = st(PageState::kPushed);
+  {
+    MutexLock pl(push_mu_);
+    unused_pushes_[page] = e.home;
+  }
+  counters_.pushes_installed.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void Hlrc::install_remaining_pushes() {
+  std::unordered_map<PageId, PushedCopy> copies;
+  {
+    MutexLock pl(push_mu_);
+    copies.swap(pushed_);
+    has_pushes_.store(false, std::memory_order_release);
+  }
+  for (auto& [p, c] : copies) {
+    PageEntry& e = table_.at(p);
+    MutexLock l(table_.lock_of(p));
+    // A copy no notice invalidated is current already; an invalid one (closed) takes the push
+    // if it is current.
+    if (e.state == st(PageState::kInvalid)) {
+      install_copy_locked(p, e, std::move(c));
+    } else {
+      counters_.pushes_dropped.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
 }
 
 VectorTime Hlrc::vector_time() const {
@@ -802,6 +1011,11 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
         e.prot = Prot::kRead;
         space_.protect(page, 1, e.prot);
       }
+    }
+    // A reader: it gets the page with the barriers after the home writes it (until it declines).
+    if (opts_.push_pages > 0) {
+      auto at = std::lower_bound(e.copyset.begin(), e.copyset.end(), in.src());
+      if (at == e.copyset.end() || *at != in.src()) e.copyset.insert(at, in.src());
     }
     if (!e.version.covers(need) && opts_.mutant != Options::Mutant::kNoVersionWait) {
       counters_.requests_held.fetch_add(1, std::memory_order_relaxed);
@@ -1025,6 +1239,7 @@ void Hlrc::answer_held_locked(PageId page, PageEntry& e, std::vector<ReadyReply>
 
 void Hlrc::note_applied(PageId page, PageEntry& e, const HeldDiff& d) {
   (void)page;
+  e.remote_writes = true;
   if (e.streak_writer == static_cast<int32_t>(d.writer)) {
     ++e.streak;
   } else {
@@ -1169,6 +1384,7 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
     } else {
       e.home = static_cast<int32_t>(in.src());
       e.home_moves = a.moves;
+      e.copyset.clear();  // the new home learns its readers from their requests
       // Our writes as home are in the master; our next diff follows them.
       e.last_flush = e.version.get(me_);
       e.streak_writer = memory::kHomeUnknown;

@@ -72,6 +72,8 @@ enum class PageState : uint8_t {
   kHomePrivate = 4,  // home, no other node has a copy: writable without detection
   kHomeShared = 5,   // home, copies exist elsewhere: writes are detected (dirty list)
   kHomeMoving = 6,   // home that offered the page to another node: local faults wait
+  kPushed = 7,       // valid copy the home sent with a barrier's release (a push), not used
+                     // yet: closed, so that the first access shows the push was wanted
 };
 const char* state_name(uint8_t s);
 
@@ -85,7 +87,10 @@ struct Counters {
       // and followed, diffs forwarded to a page's new home
       home_offers{0}, homes_moved{0}, homes_taken{0}, offers_declined{0}, redirects_sent{0},
       redirects_followed{0}, diffs_forwarded{0}, fault_ns{0},  // time inside the fault handler
-      fetch_wait_ns{0};  // of which waiting for page replies (request + transfer)
+      fetch_wait_ns{0},  // of which waiting for page replies (request + transfer)
+      // barrier pushes: pages sent as a home, installed, used (first access), declined (unused
+      // by the next barrier), dropped (arrived too old, or for a copy with local writes)
+      pushes_sent{0}, pushes_installed{0}, pushes_used{0}, pushes_declined{0}, pushes_dropped{0};
 };
 
 class Hlrc final : public Protocol, public Consistency {
@@ -103,6 +108,10 @@ class Hlrc final : public Protocol, public Consistency {
     // home or anyone else in between) the home offers the page to that node. 0: homes stay
     // (the default while migration is experimental, docs/protocols/hlrc.md#home-migration).
     uint32_t migrate_after = 0;
+    // Barrier pushes: at a barrier, a home sends each node that reads a page it wrote since the
+    // last barrier a copy of it with the release, at most this many pages per node and barrier
+    // (docs/protocols/hlrc.md#barrier-pushes). 0: off.
+    uint32_t push_pages = 16;
     // Test-only: a deliberately broken variant, so that the simulator's consistency checker can
     // be shown to catch it (loom-sim --mutant). Never set outside tests.
     enum class Mutant : uint8_t {
@@ -111,6 +120,7 @@ class Hlrc final : public Protocol, public Consistency {
       kNoVersionWait,    // the home answers at once and the requester takes any version
       kDropLocalWrites,  // a refetched copy loses its unreleased local writes (no two-way diff)
       kMoveUnforwarded,  // an old home does not forward the diffs it held during the offer
+      kPushStale,        // a pushed copy is installed even if it lacks required writes
     };
     Mutant mutant = Mutant::kNone;
   };
@@ -158,6 +168,11 @@ class Hlrc final : public Protocol, public Consistency {
   Status store_notices(ByteReader& r) override;
   // Every node holds the records up to `floor`: drop them.
   void gc(const VectorTime& floor) override;
+  // Barrier pushes (docs/protocols/hlrc.md#barrier-pushes): as a home, copies of the pages
+  // written since the last barrier for the nodes that read them; as a reader, the pages pushed
+  // to this node that it did not use (their homes stop sending them).
+  void write_barrier_mail(std::vector<MailItem>* out) override;
+  Status take_barrier_mail(uint32_t from, std::span<const std::byte> blob) override;
   size_t stored_records() const;
   // The records this node's acquires have applied (its own: every interval it closed).
   VectorTime applied_time() const;
@@ -195,6 +210,8 @@ class Hlrc final : public Protocol, public Consistency {
   bool fetch(memory::PageId page, bool is_write);
   void add_dirty(memory::PageId page, memory::PageEntry& e);
   void protect_ranges(std::vector<memory::PageId> pages, memory::Prot prot);
+  // acquire(): applies the stored notices not applied yet.
+  void apply_unapplied();
   void apply_records(const std::vector<Record>& records);
   struct Prefetch {
     memory::PageId page;
@@ -205,6 +222,21 @@ class Hlrc final : public Protocol, public Consistency {
   // Asks every node for its vector time and drops what all of them hold; tells them to as well.
   void collect_garbage();
   void install_prefetched(memory::PageId page, const Status& status, comm::Buffer reply);
+  // A copy of a page its home pushed with a barrier release, kept until an acquire installs it.
+  struct PushedCopy {
+    uint32_t from;  // the home that sent it
+    memory::VersionVec version;
+    std::vector<std::byte> data;
+  };
+  // Installs the pushed copy of `page`, if there is one that is current (covers what the node
+  // requires) and the node's copy takes it (no local writes, no fetch in flight): the page
+  // becomes kPushed (closed). Returns whether it did; a pushed copy that does not fit is dropped.
+  bool install_push_locked(memory::PageId page, memory::PageEntry& e)
+      REQUIRES(table_.lock_of(page));
+  bool install_copy_locked(memory::PageId page, memory::PageEntry& e, PushedCopy c)
+      REQUIRES(table_.lock_of(page));
+  // After an acquire: the pushed copies no notice made it use (pages already invalid).
+  void install_remaining_pushes();
   // The page-request payload for `page` with what this node requires of it.
   static std::vector<std::byte> page_request(memory::PageId page, const memory::VersionVec& need);
 
@@ -297,6 +329,16 @@ class Hlrc final : public Protocol, public Consistency {
   Mutex held_mu_;
   std::unordered_map<memory::PageId, std::vector<HeldRequest>> held_requests_ GUARDED_BY(held_mu_);
   std::unordered_map<memory::PageId, std::vector<HeldDiff>> held_diffs_ GUARDED_BY(held_mu_);
+
+  // Barrier pushes. Lock order: a stripe lock, then push_mu_ (nothing is taken under it).
+  Mutex push_mu_;
+  // Home side: pages released since the last barrier that have readers (PageEntry::copyset).
+  std::vector<memory::PageId> push_candidates_ GUARDED_BY(push_mu_);
+  // Reader side: copies received with a release, not yet installed; and the installed ones not
+  // used yet, with their home (declined at the next barrier).
+  std::unordered_map<memory::PageId, PushedCopy> pushed_ GUARDED_BY(push_mu_);
+  std::unordered_map<memory::PageId, int32_t> unused_pushes_ GUARDED_BY(push_mu_);
+  std::atomic<bool> has_pushes_{false};  // pushed_ may be non-empty
 };
 
 }  // namespace loom::protocols::hlrc
