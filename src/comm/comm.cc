@@ -238,12 +238,14 @@ Status Comm::send(NodeId dst, MsgType type, Buffer&& payload) {
 Status Comm::start_pending(NodeId dst, MsgType type, std::span<const std::byte> payload,
                            Pending pending) {
   uint64_t id;
+  // A thread waits for a Request's reply (it polls); a callback's reply is the dispatcher's.
+  const uint16_t flags = pending.req != nullptr ? WireHeader::kFlagWaiter : 0;
   {
     MutexLock lock(pending_mu_);
     id = pending_.insert(std::move(pending));
   }
-  Status s = send_raw(dst, make_header(type, static_cast<uint32_t>(payload.size()), 0, id), payload,
-                      nullptr);
+  Status s = send_raw(dst, make_header(type, static_cast<uint32_t>(payload.size()), flags, id),
+                      payload, nullptr);
   if (!s) {
     MutexLock lock(pending_mu_);
     pending_.erase(id);
@@ -289,11 +291,17 @@ Result<Buffer> Comm::call(NodeId dst, MsgType type, std::span<const std::byte> p
   return std::move(req.reply);
 }
 
+namespace {
+uint16_t reply_flags(const ReplyTo& to, uint16_t more) {
+  return WireHeader::kFlagReply | (to.waiter ? WireHeader::kFlagWaiter : 0) | more;
+}
+}  // namespace
+
 Status Comm::reply(const ReplyTo& to, std::span<const std::byte> payload) {
   if (!to.valid()) return Status::invalid_argument("reply to a message that is not a request");
   return send_raw(to.node,
-                  make_header(to.type, static_cast<uint32_t>(payload.size()),
-                              WireHeader::kFlagReply, to.request_id),
+                  make_header(to.type, static_cast<uint32_t>(payload.size()), reply_flags(to, 0),
+                              to.request_id),
                   payload, nullptr);
 }
 
@@ -302,7 +310,7 @@ Status Comm::reply(const ReplyTo& to, Buffer&& payload) {
   Buffer b = std::move(payload);
   return send_raw(
       to.node,
-      make_header(to.type, static_cast<uint32_t>(b.size()), WireHeader::kFlagReply, to.request_id),
+      make_header(to.type, static_cast<uint32_t>(b.size()), reply_flags(to, 0), to.request_id),
       b.span(), &b);
 }
 
@@ -311,7 +319,7 @@ Status Comm::reply_error(const ReplyTo& to, const Status& error) {
   Buffer b = encode_error(error);
   return send_raw(to.node,
                   make_header(to.type, static_cast<uint32_t>(b.size()),
-                              WireHeader::kFlagReply | WireHeader::kFlagError, to.request_id),
+                              reply_flags(to, WireHeader::kFlagError), to.request_id),
                   b.span(), &b);
 }
 
@@ -406,6 +414,7 @@ void Comm::enqueue(const WireHeader& h, std::span<const std::byte> payload, Buff
     MutexLock lock(inbox_mu_);
     was_empty = inbox_.empty();
     inbox_.push_back(Queued{h, owned != nullptr ? std::move(*owned) : Buffer::copy_of(payload)});
+    inbox_nonempty_.store(true, std::memory_order_release);
   }
   // No lost wake-up: the dispatcher says asleep before its last inbox check, under inbox_mu_.
   // If that check came after our push, it sees the message; if before, its store happens
@@ -437,11 +446,15 @@ void Comm::reset_wakeup() {
 }
 
 bool Comm::drain_inbox() {
-  std::vector<Queued> batch;  // note: allocates nothing while the inbox is empty
+  // note: a push made after this load is seen by the dispatcher's next poll, or, if it is about
+  // to sleep, by its last inbox_empty() check (under the mutex) or the eventfd.
+  if (!inbox_nonempty_.load(std::memory_order_acquire)) return false;
+  std::vector<Queued> batch;
   {
     MutexLock lock(inbox_mu_);
     if (inbox_.empty()) return false;
     batch.swap(inbox_);
+    inbox_nonempty_.store(false, std::memory_order_relaxed);
   }
   if (inbox_fd_signalled_.load(std::memory_order_relaxed)) reset_wakeup();
   for (Queued& q : batch) {

@@ -107,7 +107,8 @@ class Comm final : private TransportSink, public Poller {
   Result<Buffer> call(NodeId dst, MsgType type, std::span<const std::byte> payload);
   // Registers `req` for a reply from `from` without sending anything, and returns its id: the
   // caller sends the id in a message of its own (often a reply), and `from` answers it with
-  // reply(ReplyTo{this node, id, type}). Two nodes can so exchange messages that are all
+  // reply(ReplyTo{this node, id, type, true}) (a thread waits for it: the waiter lane, as for
+  // any Request). Two nodes can so exchange messages that are all
   // replies, each reaching the thread that waits for it with no handler on the way (barriers:
   // sync/barriers.h). If `from` has failed, `req` completes at once with the error.
   uint64_t expect_reply(NodeId from, Request* req);
@@ -141,6 +142,8 @@ class Comm final : private TransportSink, public Poller {
   // Poller: drives the transport without running handlers (for waiting application threads).
   bool poll_for_waiter() override;
   void app_in_loom(int64_t ns) override { app_loom_ns_.fetch_add(ns, std::memory_order_relaxed); }
+  bool begin_sleep() override { return transport_.begin_waiter_sleep(); }
+  void end_sleep() override { transport_.end_waiter_sleep(); }
   // Total time application threads of this node spent in Loom: polling in waits, and in
   // LoomWorkScopes (the server thread's spin policy subtracts it from their CPU time).
   int64_t app_loom_ns() const { return app_loom_ns_.load(std::memory_order_relaxed); }
@@ -214,6 +217,9 @@ class Comm final : private TransportSink, public Poller {
 
   mutable Mutex inbox_mu_;
   std::vector<Queued> inbox_ GUARDED_BY(inbox_mu_);
+  // inbox_ may be non-empty: set under inbox_mu_ with each push, cleared under it by the drain,
+  // so that the dispatcher's polls skip the mutex while the inbox is empty.
+  std::atomic<bool> inbox_nonempty_{false};
   int inbox_fd_ = -1;
   std::atomic<bool> dispatcher_awake_{false};
   std::atomic<bool> inbox_fd_signalled_{false};  // written since the dispatcher last read it

@@ -103,9 +103,14 @@ const Status& Completion::wait(Poller* poller, int64_t spin_ns) {
       yield_to_dispatcher();
     }
     if ((++n & 63) == 0 && now_ns() - start > spin_ns) {
+      if (poller != nullptr && !poller->begin_sleep()) {
+        poller->end_sleep();  // a reply may be there: poll on
+        continue;
+      }
       int64_t slept_from = now_ns();
       if (poller != nullptr && !t_in_loom_work) poller->app_in_loom(slept_from - start);
       sleep_until_done(-1);
+      if (poller != nullptr) poller->end_sleep();
       if (t_in_loom_work) t_slept_ns += now_ns() - slept_from;
       return status_;
     }
@@ -133,8 +138,13 @@ Status Completion::wait_for(Poller* poller, int64_t spin_ns, int64_t timeout_ns)
       int64_t elapsed = now_ns() - start;
       if (elapsed > timeout_ns) return Status::timeout("operation did not complete in time");
       if (elapsed > spin_ns) {
-        if (!sleep_until_done(timeout_ns - elapsed))
-          return Status::timeout("operation did not complete in time");
+        if (poller != nullptr && !poller->begin_sleep()) {
+          poller->end_sleep();  // a reply may be there: poll on
+          continue;
+        }
+        bool done_in_time = sleep_until_done(timeout_ns - elapsed);
+        if (poller != nullptr) poller->end_sleep();
+        if (!done_in_time) return Status::timeout("operation did not complete in time");
       }
     }
   }

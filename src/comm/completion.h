@@ -27,6 +27,10 @@ class Poller {
   // wait (then it finished or went to sleep), or a LoomWorkScope (a fault handler, a release).
   // ServerThread's spin policy uses the total.
   virtual void app_in_loom(int64_t ns) { (void)ns; }
+  // The waiter is about to sleep (true: it may; false: something may have arrived, poll again)
+  // and has woken up. Transport::begin_waiter_sleep/end_waiter_sleep.
+  virtual bool begin_sleep() { return true; }
+  virtual void end_sleep() {}
 
  protected:
   ~Poller() = default;

@@ -36,6 +36,8 @@ struct ReplyTo {
   NodeId node = kNoNode;
   uint64_t request_id = 0;
   MsgType type = 0;
+  // A thread of the requester waits for the reply, polling (WireHeader::kFlagWaiter).
+  bool waiter = false;
   bool valid() const { return request_id != 0; }
 };
 
@@ -47,7 +49,9 @@ class Incoming {
   NodeId src() const { return header_.src; }
   MsgType type() const { return header_.type; }
   bool is_request() const { return header_.request_id != 0; }
-  ReplyTo reply_to() const { return {header_.src, header_.request_id, header_.type}; }
+  ReplyTo reply_to() const {
+    return {header_.src, header_.request_id, header_.type, header_.for_waiter()};
+  }
   std::span<const std::byte> payload() const { return payload_; }
   // Moves the payload out (no copy when the transport allocated it). payload() is empty after.
   Buffer take_payload();

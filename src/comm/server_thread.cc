@@ -84,7 +84,9 @@ void ServerThread::loop() {
   bool may_spin = true;  // decided when the node becomes idle
   comm_.set_dispatcher_awake(true);
   while (!stop_.load(std::memory_order_acquire)) {
-    int64_t before = now_ns();
+    // note: one clock read per turn; a poll's busy time is counted from the end of the turn
+    // before it (a few ns of bookkeeping more).
+    int64_t before = now;
     bool did = comm_.poll();
     now = now_ns();
     if (did) busy_ns_.fetch_add(now - before, std::memory_order_relaxed);
@@ -112,7 +114,7 @@ void ServerThread::loop() {
     comm_.set_dispatcher_awake(false);
     sleep_until_event(now, next_tick);
     comm_.set_dispatcher_awake(true);
-    idle_since = now_ns();
+    now = idle_since = now_ns();
     spins = 0;
   }
   comm_.set_dispatcher_awake(false);

@@ -117,6 +117,15 @@ class Transport {
   virtual int event_fd() const = 0;
   virtual bool arm() = 0;
 
+  // Lanes (docs/comm.md): a transport may deliver the replies that waiting application threads
+  // take (headers with WireHeader::kFlagWaiter) where they do not wake the sleeping server
+  // thread. A thread that is about to sleep until such a reply comes calls
+  // begin_waiter_sleep(): from then until end_waiter_sleep(), those replies make event_fd()
+  // readable too. It returns false if one may be there already (poll again instead of
+  // sleeping; end_waiter_sleep() is still due).
+  virtual bool begin_waiter_sleep() { return true; }
+  virtual void end_waiter_sleep() {}
+
   // Stops all traffic: flushes what can be flushed within `timeout_ms` and closes endpoints.
   // Peer failures seen after close() starts are not reported.
   virtual void close(int timeout_ms) = 0;

@@ -1,8 +1,12 @@
 #include "comm/ucx_transport.h"
 
 #include <fmt/format.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -15,6 +19,33 @@ namespace {
 constexpr unsigned kAmId = 0;  // every Loom message; Loom's header carries the type
 
 thread_local const UcxTransport* t_worker_holder = nullptr;
+thread_local const UcxTransport* t_wait_holder = nullptr;  // inside the waiter lane's progress
+
+// Whether a message with this header goes to the waiter lane: a reply a thread waits for.
+bool for_waiter_lane(std::span<const std::byte, kWireHeaderSize> header) {
+  uint16_t flags;
+  std::memcpy(&flags, header.data() + offsetof(WireHeader, flags), sizeof flags);
+  constexpr uint16_t kBoth = WireHeader::kFlagReply | WireHeader::kFlagWaiter;
+  return (flags & kBoth) == kBoth;
+}
+
+// A node's address on the wire: u32 length of the main worker's address, that address, then the
+// waiter worker's.
+std::string join_addresses(const std::string& main, const std::string& waiter) {
+  uint32_t len = static_cast<uint32_t>(main.size());
+  std::string out(reinterpret_cast<const char*>(&len), sizeof len);
+  return out + main + waiter;
+}
+
+bool split_address(const std::string& joined, std::string* main, std::string* waiter) {
+  uint32_t len;
+  if (joined.size() < sizeof len) return false;
+  std::memcpy(&len, joined.data(), sizeof len);
+  if (len == 0 || len >= joined.size() - sizeof len) return false;
+  *main = joined.substr(sizeof len, len);
+  *waiter = joined.substr(sizeof len + len);
+  return true;
+}
 
 std::string ucx_error(std::string_view what, ucs_status_t st) {
   return fmt::format("{}: {}", what, ucs_status_string(st));
@@ -52,7 +83,12 @@ class SCOPED_CAPABILITY UcxTransport::WorkerLock {
 struct UcxTransport::Peer {
   UcxTransport* self = nullptr;
   NodeId node = 0;
-  ucp_ep_h ep = nullptr;
+  ucp_ep_h ep = nullptr;       // to the peer's main worker
+  ucp_ep_h wait_ep = nullptr;  // to the peer's waiter worker (replies its threads wait for)
+  // On our waiter worker, to the peer's: never used to send. UCX polls and arms only the
+  // interfaces some endpoint of the worker uses (adaptive progress), and the waiter worker has no
+  // other: without it, a reply could sit unseen by an armed waiter worker.
+  ucp_ep_h activation_ep = nullptr;
   std::atomic<bool> dead{false};
   std::atomic<int64_t> backlog_msgs{0};  // sends UCX still holds
   std::atomic<int64_t> backlog_bytes{0};
@@ -136,31 +172,47 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const Options& option
   st = ucp_init(&params, config, &t->context_);
   if (st != UCS_OK) return Status::io(ucx_error("ucp_init", st));
 
-  ucp_worker_params_t wp{};
-  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // serialized by worker_mu_
-  st = ucp_worker_create(t->context_, &wp, &t->worker_);
-  if (st != UCS_OK) return Status::io(ucx_error("ucp_worker_create", st));
-
-  st = ucp_worker_get_efd(t->worker_, &t->efd_);
-  if (st != UCS_OK) return Status::io(ucx_error("ucp_worker_get_efd", st));
-
-  ucp_address_t* addr = nullptr;
-  size_t addr_len = 0;
-  st = ucp_worker_get_address(t->worker_, &addr, &addr_len);
-  if (st != UCS_OK) return Status::io(ucx_error("ucp_worker_get_address", st));
-  t->address_.assign(reinterpret_cast<const char*>(addr), addr_len);
-  ucp_worker_release_address(t->worker_, addr);
-
-  ucp_am_handler_param_t hp{};
-  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-                  UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-  hp.id = kAmId;
-  hp.flags = UCP_AM_FLAG_WHOLE_MSG;
-  hp.cb = &UcxTransport::am_callback;
-  hp.arg = t.get();
-  st = ucp_worker_set_am_recv_handler(t->worker_, &hp);
-  if (st != UCS_OK) return Status::io(ucx_error("ucp_worker_set_am_recv_handler", st));
+  // Both workers: created serialized (worker_mu_, wait_mu_), each with its wakeup descriptor and
+  // the active-message handler, told which worker received (for rendezvous receives).
+  std::string addresses[2];
+  ucp_worker_h* workers[2] = {&t->worker_, &t->wait_worker_};
+  int* efds[2] = {&t->efd_, &t->wait_efd_};
+  Lane* lanes[2] = {&t->main_lane_, &t->wait_lane_};
+  for (int k = 0; k < 2; ++k) {
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+    st = ucp_worker_create(t->context_, &wp, workers[k]);
+    if (st != UCS_OK) return Status::io(ucx_error("ucp_worker_create", st));
+    st = ucp_worker_get_efd(*workers[k], efds[k]);
+    if (st != UCS_OK) return Status::io(ucx_error("ucp_worker_get_efd", st));
+    ucp_address_t* addr = nullptr;
+    size_t addr_len = 0;
+    st = ucp_worker_get_address(*workers[k], &addr, &addr_len);
+    if (st != UCS_OK) return Status::io(ucx_error("ucp_worker_get_address", st));
+    addresses[k].assign(reinterpret_cast<const char*>(addr), addr_len);
+    ucp_worker_release_address(*workers[k], addr);
+    lanes[k]->worker = *workers[k];
+    ucp_am_handler_param_t hp{};
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                    UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = kAmId;
+    hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+    hp.cb = &UcxTransport::am_callback;
+    hp.arg = lanes[k];
+    st = ucp_worker_set_am_recv_handler(*workers[k], &hp);
+    if (st != UCS_OK) return Status::io(ucx_error("ucp_worker_set_am_recv_handler", st));
+  }
+  t->address_ = join_addresses(addresses[0], addresses[1]);
+  // The waiter worker's descriptor joins the set only while a thread sleeps waiting for a reply
+  // (begin_waiter_sleep): otherwise nothing drains it, and it would keep the set readable.
+  t->epfd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (t->epfd_ < 0) return Status::io(fmt::format("epoll_create1: {}", std::strerror(errno)));
+  struct epoll_event ev {};
+  ev.events = EPOLLIN;
+  ev.data.fd = t->efd_;
+  if (epoll_ctl(t->epfd_, EPOLL_CTL_ADD, t->efd_, &ev) != 0)
+    return Status::io(fmt::format("epoll_ctl: {}", std::strerror(errno)));
   return t;
 }
 
@@ -171,11 +223,15 @@ UcxTransport::~UcxTransport() {
     for (auto& [id, memh] : local_regions_) ucp_mem_unmap(context_, memh);
     local_regions_.clear();
   }
+  if (wait_worker_ != nullptr) ucp_worker_destroy(wait_worker_);
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
   if (context_ != nullptr) ucp_cleanup(context_);
+  if (epfd_ >= 0) ::close(epfd_);
 }
 
 Status UcxTransport::connect(NodeId rank, const std::vector<std::string>& addresses) {
+  // note: the waiter worker's lock first (the lock order), for its activation endpoints.
+  MutexLock wait_lock(wait_mu_);
   WorkerLock lock(this);
   LOOM_CHECK(peers_.empty(), "UcxTransport::connect called twice");
   rank_ = rank;
@@ -184,21 +240,38 @@ Status UcxTransport::connect(NodeId rank, const std::vector<std::string>& addres
     auto peer = std::make_unique<Peer>();
     peer->self = this;
     peer->node = i;
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    ep.address = reinterpret_cast<const ucp_address_t*>(addresses[i].data());
-    if (opts_.err_handling) {
-      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-      ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.err_handler.cb = &UcxTransport::ep_error;
-      ep.err_handler.arg = peer.get();
-    } else {
-      ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    std::string remote[2];
+    if (!split_address(addresses[i], &remote[0], &remote[1]))
+      return Status::malformed(
+          fmt::format("node {}'s address ({} bytes) does not parse", i, addresses[i].size()));
+    ucp_ep_h* eps[2] = {&peer->ep, &peer->wait_ep};
+    for (int k = 0; k < 2; ++k) {
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+      ep.address = reinterpret_cast<const ucp_address_t*>(remote[k].data());
+      if (opts_.err_handling) {
+        ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+        ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        ep.err_handler.cb = &UcxTransport::ep_error;
+        ep.err_handler.arg = peer.get();
+      } else {
+        ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      }
+      ucs_status_t st = ucp_ep_create(worker_, &ep, eps[k]);
+      if (st != UCS_OK)
+        return Status::peer_failed(
+            fmt::format("cannot create an endpoint to node {}: {}", i, ucs_status_string(st)));
     }
-    ucs_status_t st = ucp_ep_create(worker_, &ep, &peer->ep);
-    if (st != UCS_OK)
-      return Status::peer_failed(
-          fmt::format("cannot create an endpoint to node {}: {}", i, ucs_status_string(st)));
+    {
+      ucp_ep_params_t ep{};
+      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+      ep.address = reinterpret_cast<const ucp_address_t*>(remote[1].data());
+      ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      ucs_status_t st = ucp_ep_create(wait_worker_, &ep, &peer->activation_ep);
+      if (st != UCS_OK)
+        return Status::peer_failed(
+            fmt::format("cannot create an endpoint to node {}: {}", i, ucs_status_string(st)));
+    }
     peers_.push_back(std::move(peer));
   }
   return Status::ok();
@@ -227,8 +300,9 @@ Status UcxTransport::send(NodeId dst, std::span<const std::byte, kWireHeaderSize
     return Status::peer_failed(fmt::format("no connection to node {}", dst));
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-  ucs_status_ptr_t r = ucp_am_send_nbx(peers_[dst]->ep, kAmId, header.data(), kWireHeaderSize,
-                                       payload.data(), payload.size(), &p);
+  ucp_ep_h ep = for_waiter_lane(header) ? peers_[dst]->wait_ep : peers_[dst]->ep;
+  ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmId, header.data(), kWireHeaderSize, payload.data(),
+                                       payload.size(), &p);
   if (r == nullptr) return Status::ok();
   LOOM_CHECK(UCS_PTR_IS_ERR(r), "UCX returned a request for a forced-immediate send to node {}",
              dst);
@@ -256,7 +330,8 @@ Status UcxTransport::send_record(NodeId dst, std::unique_ptr<SendRecord> rec) {
   p.cb.send = &UcxTransport::send_done;
   p.user_data = rec.get();
   size_t bytes = rec->payload.size();
-  ucs_status_ptr_t r = ucp_am_send_nbx(peers_[dst]->ep, kAmId, rec->header.data(), kWireHeaderSize,
+  ucp_ep_h ep = for_waiter_lane(rec->header) ? peers_[dst]->wait_ep : peers_[dst]->ep;
+  ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmId, rec->header.data(), kWireHeaderSize,
                                        rec->payload.data(), bytes, &p);
   if (r == nullptr) return Status::ok();
   if (UCS_PTR_IS_ERR(r))
@@ -293,7 +368,8 @@ void UcxTransport::deliver(std::span<const std::byte> header, std::span<const st
 ucs_status_t UcxTransport::am_callback(void* arg, const void* header, size_t header_length,
                                        void* data, size_t length,
                                        const ucp_am_recv_param_t* param) {
-  auto* self = static_cast<UcxTransport*>(arg);
+  const auto* lane = static_cast<const Lane*>(arg);
+  UcxTransport* self = lane->self;
   std::span<const std::byte> hdr(static_cast<const std::byte*>(header), header_length);
   if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
     self->deliver(hdr, {static_cast<const std::byte*>(data), length}, nullptr);
@@ -310,7 +386,7 @@ ucs_status_t UcxTransport::am_callback(void* arg, const void* header, size_t hea
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.recv_am = &UcxTransport::recv_done;
   p.user_data = rec.get();
-  ucs_status_ptr_t r = ucp_am_recv_data_nbx(self->worker_, data, rec->payload.data(), length, &p);
+  ucs_status_ptr_t r = ucp_am_recv_data_nbx(lane->worker, data, rec->payload.data(), length, &p);
   if (r == nullptr) {
     self->deliver(rec->header, rec->payload.span(), &rec->payload);
   } else if (UCS_PTR_IS_ERR(r)) {
@@ -480,29 +556,87 @@ bool UcxTransport::progress_locked() {
   return did;
 }
 
+bool UcxTransport::progress_waiter_lane() {
+  t_wait_holder = this;
+  bool did = false;
+  for (int i = 0; i < 64 && ucp_worker_progress(wait_worker_) != 0; ++i) did = true;
+  t_wait_holder = nullptr;
+  return did;
+}
+
 bool UcxTransport::progress() {
-  LOOM_CHECK(t_worker_holder != this, "progress() called from inside a UCX callback");
-  if (lock_waiters_.load(std::memory_order_relaxed) > 0) return false;  // let them in first
+  LOOM_CHECK(t_worker_holder != this && t_wait_holder != this,
+             "progress() called from inside a UCX callback");
+  bool did = false;
+  // The waiter lane now and then, and only if no waiting thread polls it right now: its replies
+  // are for threads that poll it themselves, or that sleep, and then the server thread needs
+  // them only within a wake-up's time.
+  static thread_local unsigned calls = 0;
+  if ((++calls & 3) == 0 && wait_mu_.try_lock()) {
+    did = progress_waiter_lane();
+    wait_mu_.unlock();
+  }
+  if (lock_waiters_.load(std::memory_order_relaxed) > 0) return did;  // let them in first
   WorkerLock lock(this);
-  return progress_locked();
+  return progress_locked() || did;
 }
 
 bool UcxTransport::try_progress() {
-  if (t_worker_holder == this) return false;
-  if (!worker_mu_.try_lock()) return false;
+  if (t_worker_holder == this || t_wait_holder == this) return false;
+  bool did = false;
+  // note: the waiter lane first: it has the replies the calling thread waits for.
+  if (wait_mu_.try_lock()) {
+    did = progress_waiter_lane();
+    wait_mu_.unlock();
+  }
+  // The main worker now and then (one-sided completions, sends left to finish): a waiting
+  // thread's reply comes on the waiter lane, and the server thread drives the main worker.
+  static thread_local unsigned calls = 0;
+  if ((++calls & 7) != 0 || !worker_mu_.try_lock()) return did;
   t_worker_holder = this;
-  bool did = progress_locked();
+  did |= progress_locked();
   t_worker_holder = nullptr;
   worker_mu_.unlock();
   return did;
 }
 
-bool UcxTransport::arm() {
-  WorkerLock lock(this);
-  ucs_status_t st = ucp_worker_arm(worker_);
+bool UcxTransport::arm_waiter_lane() {
+  ucs_status_t st = ucp_worker_arm(wait_worker_);
   if (st == UCS_ERR_BUSY) return false;
-  LOOM_CHECK(st == UCS_OK, "ucp_worker_arm: {}", ucs_status_string(st));
+  LOOM_CHECK(st == UCS_OK, "ucp_worker_arm (waiter lane): {}", ucs_status_string(st));
   return true;
+}
+
+bool UcxTransport::arm() {
+  {
+    WorkerLock lock(this);
+    ucs_status_t st = ucp_worker_arm(worker_);
+    if (st == UCS_ERR_BUSY) return false;
+    LOOM_CHECK(st == UCS_OK, "ucp_worker_arm: {}", ucs_status_string(st));
+  }
+  // The waiter lane wakes this thread only while a waiting thread sleeps (it cannot poll then);
+  // re-armed here, since a reply that woke us consumed the arming.
+  MutexLock lock(wait_mu_);
+  return waiter_sleepers_ == 0 || arm_waiter_lane();
+}
+
+bool UcxTransport::begin_waiter_sleep() {
+  MutexLock lock(wait_mu_);
+  if (waiter_sleepers_++ == 0) watch_waiter_lane(true);
+  return arm_waiter_lane();
+}
+
+void UcxTransport::end_waiter_sleep() {
+  MutexLock lock(wait_mu_);
+  if (--waiter_sleepers_ == 0) watch_waiter_lane(false);
+}
+
+void UcxTransport::watch_waiter_lane(bool on) {
+  struct epoll_event ev {};
+  ev.events = EPOLLIN;
+  ev.data.fd = wait_efd_;
+  int rc = epoll_ctl(epfd_, on ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, wait_efd_, &ev);
+  LOOM_CHECK(rc == 0, "epoll_ctl({}, waiter lane): {}", on ? "add" : "del", std::strerror(errno));
 }
 
 void UcxTransport::close(int timeout_ms) {
@@ -522,18 +656,40 @@ void UcxTransport::close(int timeout_ms) {
   remote_regions_.clear();
   std::vector<ucs_status_ptr_t> closing;
   for (auto& peer : peers_) {
-    if (peer->ep == nullptr) continue;
-    ucp_request_param_t cp{};
-    cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t r = ucp_ep_close_nbx(peer->ep, &cp);
-    if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
-    peer->ep = nullptr;
+    if (peer->activation_ep != nullptr && wait_mu_.try_lock()) {
+      ucp_request_param_t cp{};
+      cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t r = ucp_ep_close_nbx(peer->activation_ep, &cp);
+      // note: a forced close of an endpoint that never sent completes at once, or soon.
+      if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+        while (ucp_request_check_status(r) == UCS_INPROGRESS && now_ns() < deadline)
+          ucp_worker_progress(wait_worker_);
+        ucp_request_free(r);
+      }
+      peer->activation_ep = nullptr;
+      wait_mu_.unlock();
+    }
+    for (ucp_ep_h* ep : {&peer->ep, &peer->wait_ep}) {
+      if (*ep == nullptr) continue;
+      ucp_request_param_t cp{};
+      cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t r = ucp_ep_close_nbx(*ep, &cp);
+      if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
+      *ep = nullptr;
+    }
     peer->dead = true;
   }
   for (ucs_status_ptr_t r : closing) {
-    while (ucp_request_check_status(r) == UCS_INPROGRESS && now_ns() < deadline)
+    while (ucp_request_check_status(r) == UCS_INPROGRESS && now_ns() < deadline) {
       ucp_worker_progress(worker_);
+      // note: try_lock, since the lock order is wait_mu_ before worker_mu_.
+      if (wait_mu_.try_lock()) {
+        ucp_worker_progress(wait_worker_);
+        wait_mu_.unlock();
+      }
+    }
     ucp_request_free(r);
   }
 }

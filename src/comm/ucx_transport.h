@@ -1,10 +1,17 @@
 // UcxTransport: Loom's messages and one-sided transfers over UCX (shared memory, TCP, verbs).
 //
-// One UCP worker per node, created SERIALIZED: this class serializes every worker call with
-// worker_mu_, so application threads may send while the server thread progresses. All Loom
-// messages use one UCX active-message id; Loom's 24-byte header travels as the UCX AM header and
-// the payload as its data. UCX picks eager or rendezvous by size; a rendezvous payload is
-// received straight into a buffer allocated for it (no extra copy) and handed up as owned.
+// Two UCP workers per node, created SERIALIZED: the main worker, which sends every message and
+// receives all but one kind, and the waiter worker, which receives only the replies that waiting
+// application threads take (headers with WireHeader::kFlagWaiter): the two receive *lanes*
+// (docs/comm.md, "Lanes"). The server thread sleeps with the main worker armed, so a request
+// wakes it; the waiter worker is armed only while a thread sleeps waiting for a reply, so a reply
+// to a thread that polls for it costs its sender no wake-up of this node's server thread (on a
+// VM, ~15-45 us of the sender's CPU per message). Every peer has an endpoint to each of our
+// workers, both on its main worker. worker_mu_ and wait_mu_ serialize the two workers' calls, so
+// application threads may send while the server thread progresses. All Loom messages use one
+// UCX active-message id; Loom's 24-byte header travels as the UCX AM header and the payload as
+// its data. UCX picks eager or rendezvous by size; a rendezvous payload is received straight
+// into a buffer allocated for it (no extra copy) and handed up as owned.
 //
 // Sends first try to complete at once (UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL) from the caller's
 // buffer; only when UCX cannot, the header and payload are copied into a record that lives
@@ -14,8 +21,9 @@
 // marks the peer dead and reports it to the sink. Errors during close() are expected and ignored.
 //
 // Thread safety: all methods are thread-safe. Sink callbacks run on the thread inside
-// progress()/try_progress() while it holds worker_mu_; they may call send(), put() and get()
-// (the lock is re-entered by the same thread), never progress().
+// progress()/try_progress() while it holds worker_mu_ (main worker) or wait_mu_ (waiter worker);
+// they may call send(), put() and get() (worker_mu_ is re-entered by the same thread), never
+// progress(). Lock order: wait_mu_, then worker_mu_.
 #pragma once
 
 #include <ucp/api/ucp.h>
@@ -43,7 +51,7 @@ class UcxTransport final : public Transport {
   static Result<std::unique_ptr<UcxTransport>> create(const Options& options);
   ~UcxTransport() override;
 
-  // This worker's address, to be exchanged through the bootstrap.
+  // The node's address (both workers'), to be exchanged through the bootstrap.
   const std::string& local_address() const { return address_; }
   // Creates endpoints to every node (addresses[i] is node i's address, including our own).
   Status connect(NodeId rank, const std::vector<std::string>& addresses);
@@ -73,8 +81,11 @@ class UcxTransport final : public Transport {
   bool any_backlog() const override;
   bool progress() override;
   bool try_progress() override;
-  int event_fd() const override { return efd_; }
+  // An epoll descriptor over both workers' descriptors.
+  int event_fd() const override { return epfd_; }
   bool arm() override;
+  bool begin_waiter_sleep() override;
+  void end_waiter_sleep() override;
   void close(int timeout_ms) override;
 
  private:
@@ -87,6 +98,11 @@ class UcxTransport final : public Transport {
     ucp_rkey_h rkey = nullptr;
   };
   class WorkerLock;
+  // What a worker's active-message handler gets: which worker received the message.
+  struct Lane {
+    UcxTransport* self;
+    ucp_worker_h worker;
+  };
 
   UcxTransport() = default;
   // peers_ never changes after connect(), so readers of the per-peer atomics skip the lock.
@@ -94,6 +110,11 @@ class UcxTransport final : public Transport {
     return peers_;
   }
   bool progress_locked() REQUIRES(worker_mu_);
+  bool progress_waiter_lane() REQUIRES(wait_mu_);
+  // Arms the waiter worker; false if events are pending.
+  bool arm_waiter_lane() REQUIRES(wait_mu_);
+  // Adds the waiter worker's descriptor to event_fd()'s set, or removes it.
+  void watch_waiter_lane(bool on) REQUIRES(wait_mu_);
   Status send_record(NodeId dst, std::unique_ptr<SendRecord> rec) REQUIRES(worker_mu_);
   Result<const RemoteRegion*> remote(NodeId peer, RegionId id, uint64_t offset, size_t len)
       REQUIRES(worker_mu_);
@@ -114,6 +135,14 @@ class UcxTransport final : public Transport {
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int efd_ = -1;
+  // The waiter lane (above). wait_worker_ is set once in create(); its calls take wait_mu_.
+  Mutex wait_mu_;
+  ucp_worker_h wait_worker_ = nullptr;
+  int wait_efd_ = -1;
+  int epfd_ = -1;                                 // epoll over efd_ and wait_efd_
+  int waiter_sleepers_ GUARDED_BY(wait_mu_) = 0;  // threads between begin_/end_waiter_sleep
+  Lane main_lane_{this, nullptr};
+  Lane wait_lane_{this, nullptr};
   std::string address_;
   Options opts_;
   NodeId rank_ = 0;

@@ -7,6 +7,9 @@
 //   8      4    length     payload length in bytes (the header is not counted)
 //   12     2    flags      kFlagReply: this is the reply to request `request_id`
 //                          kFlagError: the reply reports that the request failed at the server
+//                          kFlagWaiter: a request whose reply a waiting application thread takes
+//                          (echoed in the reply): the transport delivers that reply where it
+//                          wakes no server thread (docs/comm.md, "Lanes")
 //   14     2    job        16-bit tag derived from the job token; a message from another job is
 //   refused 16     8    request_id 0 for one-way messages; a request's id, echoed in its reply
 //
@@ -29,7 +32,8 @@ struct WireHeader {
   static constexpr uint16_t kMagic = 0x4D4C;
   static constexpr uint16_t kFlagReply = 1u << 0;
   static constexpr uint16_t kFlagError = 1u << 1;
-  static constexpr uint16_t kKnownFlags = kFlagReply | kFlagError;
+  static constexpr uint16_t kFlagWaiter = 1u << 2;
+  static constexpr uint16_t kKnownFlags = kFlagReply | kFlagError | kFlagWaiter;
 
   uint16_t magic = kMagic;
   MsgType type = 0;
@@ -41,6 +45,7 @@ struct WireHeader {
 
   bool is_reply() const { return (flags & kFlagReply) != 0; }
   bool is_error() const { return (flags & kFlagError) != 0; }
+  bool for_waiter() const { return (flags & kFlagWaiter) != 0; }
 };
 static_assert(sizeof(WireHeader) == 24);
 

@@ -214,7 +214,7 @@ Status BarrierService::on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
     if (answer_to != 0) return Status::malformed("barrier arrival: a request with a reply id");
   } else {
     if (answer_to == 0) return Status::malformed("barrier arrival: a solicited one without id");
-    to = comm::ReplyTo{src, answer_to, msg::kBarrierArrive};
+    to = comm::ReplyTo{src, answer_to, msg::kBarrierArrive, /*waiter=*/true};
   }
   Result<VectorTime> vt = hl::read_vt(r, nodes_);
   if (!vt) return vt.status();
@@ -371,8 +371,10 @@ Status BarrierService::on_release(comm::NodeId mgr, std::span<const std::byte> p
           fmt::format("barrier {:#x}: release of episode {} during {}", id, episode, nb.episode));
     ++nb.episode;
     nb.base = std::move(*vt);
-    nb.solicited =
-        solicitation != 0 ? comm::ReplyTo{mgr, solicitation, msg::kBarrierArrive} : comm::ReplyTo{};
+    // note: a thread of the manager waits for the solicited arrival, or takes it on arriving.
+    nb.solicited = solicitation != 0
+                       ? comm::ReplyTo{mgr, solicitation, msg::kBarrierArrive, /*waiter=*/true}
+                       : comm::ReplyTo{};
     wake.swap(nb.waiters);
   }
   // Every node holds the notices up to the previous episode's release: drop them.

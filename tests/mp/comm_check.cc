@@ -8,12 +8,21 @@
 //   comm_check rma                 one-sided put/get of 4 KiB and 1 MiB, verified byte for byte
 //   comm_check spin SECONDS        all nodes exchange requests until SECONDS pass (failure tests)
 //   comm_check malformed KIND      node 1 sends node 0 a bad message (KIND: type | length)
+//   comm_check lanes N D           the waiter lane (docs/comm.md): node 0 computes ~1 ms before
+//                                  each of N calls to node 1, so its server thread sleeps; the
+//                                  replies must not wake it (fewer than N/4 wake-ups; run it
+//                                  with a LOOM_WAIT_SPIN_US above node 1's wake-up time, so that
+//                                  node 0's waiter polls, not sleeps). Then node 1 answers 20
+//                                  calls only after D ms (more than that spin), so node 0's
+//                                  waiting thread sleeps; each must still return within 30 ms of
+//                                  the reply, not when the server thread's 100 ms tick finds it.
 //
 // Every node prints "rank R pid P" first (tests use it to signal a node), and "ok: ..." lines.
 // Failures print "FAILED: ..." and exit 1.
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -25,6 +34,7 @@
 #include <vector>
 
 #include "comm/comm.h"
+#include "comm/server_thread.h"
 #include "loom/loom.hpp"
 #include "runtime/runtime.h"
 
@@ -39,6 +49,7 @@ using loom::comm::NodeId;
 
 constexpr MsgType kEcho = loom::comm::msg_range::kUser + 10;
 constexpr MsgType kStorm = loom::comm::msg_range::kUser + 11;
+constexpr MsgType kLate = loom::comm::msg_range::kUser + 12;
 
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stdout, "FAILED: %s\n", what.c_str());
@@ -304,11 +315,82 @@ int malformed(const std::string& kind) {
   fail("the malformed message did not stop the job");
 }
 
+// --- lanes ---------------------------------------------------------------------------------
+
+int lanes(int n, int delay_ms) {
+  register_echo();
+  // kLate: answered 5 ms later by a helper thread (a deferred reply), so the caller sleeps.
+  std::mutex mu;
+  struct Late {
+    loom::comm::ReplyTo to;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::vector<Late> late;
+  std::atomic<bool> done{false};
+  Status s = comm().registry().add(kLate, "late", [&](Incoming& in) -> Status {
+    std::lock_guard<std::mutex> l(mu);
+    late.push_back({in.reply_to(), std::chrono::steady_clock::now()});
+    return Status::ok();
+  });
+  if (!s) fail(s.to_string());
+  std::thread helper([&] {
+    while (!done.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      auto due = std::chrono::steady_clock::now() - std::chrono::milliseconds(delay_ms);
+      std::vector<Late> now;
+      {
+        std::lock_guard<std::mutex> l(mu);
+        auto it =
+            std::partition(late.begin(), late.end(), [&](const Late& x) { return x.at > due; });
+        now.assign(it, late.end());
+        late.erase(it, late.end());
+      }
+      for (const auto& x : now) (void)comm().reply(x.to, Buffer(8).span());
+    }
+  });
+  barrier();
+  if (comm().rank() == 0 && comm().size() > 1) {
+    loom::comm::ServerThread& server = loom::runtime::current().server();
+    uint64_t w0 = server.stats().wakeups;
+    volatile uint64_t sink = 0;
+    for (int i = 0; i < n; ++i) {
+      auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+      while (std::chrono::steady_clock::now() < until) sink = sink + 1;  // computing
+      call_checked(1, 64, i);
+    }
+    uint64_t woke = server.stats().wakeups - w0;
+    if (woke * 4 >= static_cast<uint64_t>(n))
+      fail(fmt::format("{} replies to a polling thread woke its server thread {} times", n, woke));
+    std::printf("ok: lanes: %d replies, node 0's server thread woke %llu times\n", n,
+                static_cast<unsigned long long>(woke));
+    double slowest = 0;
+    for (int i = 0; i < 20; ++i) {
+      auto t0 = std::chrono::steady_clock::now();
+      loom::Result<Buffer> r = comm().call(1, kLate, Buffer(8).span());
+      if (!r) fail("late call: " + r.status().to_string());
+      double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (getenv("LANES_DEBUG")) std::printf("late %d: %.2f ms\n", i, ms);
+      slowest = std::max(slowest, ms);
+    }
+    if (slowest > delay_ms + 30)
+      fail(fmt::format("a sleeping waiter got its reply after {:.1f} ms (sent after {} ms)",
+                       slowest, delay_ms));
+    std::printf("ok: lanes: 20 replies sent after %d ms, slowest arrived after %.1f ms\n", delay_ms,
+                slowest);
+  }
+  barrier();
+  done = true;
+  helper.join();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: comm_check pingpong|storm|concurrent|rma|spin|malformed ...\n");
+    std::fprintf(stderr,
+                 "usage: comm_check pingpong|storm|concurrent|rma|spin|malformed|lanes ...\n");
     return 2;
   }
   std::string mode = argv[1];
@@ -329,6 +411,8 @@ int main(int argc, char** argv) {
     rc = spin(argc > 2 ? std::atof(argv[2]) : 5.0);
   else if (mode == "malformed")
     rc = malformed(argc > 2 ? argv[2] : "type");
+  else if (mode == "lanes")
+    rc = lanes(static_cast<int>(arg(2, 400)), static_cast<int>(arg(3, 10)));
   else
     std::fprintf(stderr, "comm_check: unknown mode '%s'\n", mode.c_str());
   std::fflush(stdout);
