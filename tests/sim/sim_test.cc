@@ -79,7 +79,8 @@ TEST(ScenarioTest, WritersReadersNeedFiveMessagesPerOtherNode) {
 // fetches its neighbours' rows again after every barrier (with prefetch: a request and a reply per
 // page); with them the rows ride on the barrier's release once the first fetches have made the
 // neighbours readers and the home has written the rows in two intervals in a row, so only the
-// first steps fetch (4 of 30 here). The barrier itself stays 2 messages per other node and step.
+// first steps fetch (4 to 5 of 30 here: a push that finds the reader's copy still valid is
+// declined, and the row is fetched once more). The barrier stays 2 messages per node and step.
 TEST(ScenarioTest, BarrierPushesCarryRowsHomedAtTheirWriters) {
   for (uint32_t n : {2u, 4u, 8u}) {
     Options o;
@@ -95,7 +96,7 @@ TEST(ScenarioTest, BarrierPushesCarryRowsHomedAtTheirWriters) {
     };
     // 30 steps; each reads 2 pages from each neighbour: 2(n-1) rows of 2 pages, re-fetched.
     EXPECT_GE(requests(*pull), 2u * 29 * 2 * (n - 1)) << n << " nodes";
-    EXPECT_LE(requests(*push), 4u * 2 * 2 * (n - 1)) << n << " nodes";
+    EXPECT_LE(requests(*push), 5u * 2 * 2 * (n - 1)) << n << " nodes";
     EXPECT_LT(push->messages, pull->messages / 2) << n << " nodes";
   }
 }

@@ -883,6 +883,12 @@ bool Hlrc::install_copy_locked(PageId page, PageEntry& e, PushedCopy c) {
                     (c.version.covers(e.required) || opts_.mutant == Options::Mutant::kPushStale);
   if (!fits) {
     counters_.pushes_dropped.fetch_add(1, std::memory_order_relaxed);
+    // A push this node cannot take (it writes the page too, or other writers' diffs had not
+    // reached the home) is declined like an unused one, so its home stops sending it.
+    if (e.home == static_cast<int32_t>(c.from)) {
+      MutexLock pl(push_mu_);
+      unused_pushes_[page] = e.home;
+    }
     return false;
   }
   std::memcpy(space_.sys_page(page), c.data.data(), kPageBytes);
@@ -911,7 +917,13 @@ void Hlrc::install_remaining_pushes() {
     if (e.state == st(PageState::kInvalid)) {
       install_copy_locked(p, e, std::move(c));
     } else {
+      // The copy is valid: a lock grant brought the write notice before the barrier did, and
+      // this node fetched the page then. The push came for nothing: decline it.
       counters_.pushes_dropped.fetch_add(1, std::memory_order_relaxed);
+      if (e.home == static_cast<int32_t>(c.from)) {
+        MutexLock pl(push_mu_);
+        unused_pushes_[p] = e.home;
+      }
     }
   }
 }
