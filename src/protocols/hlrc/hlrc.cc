@@ -226,6 +226,15 @@ CounterList Hlrc::counter_list() const {
 
 // --- Faults ---------------------------------------------------------------------------------
 
+void Hlrc::open_for_writing(PageId page, PageEntry& e, const std::byte* base) {
+  e.twin.reset(new std::byte[kPageBytes]);
+  std::memcpy(e.twin.get(), base, kPageBytes);
+  counters_.twins.fetch_add(1, std::memory_order_relaxed);
+  e.state = st(PageState::kWritable);
+  e.prot = Prot::kReadWrite;
+  add_dirty(page, e);
+}
+
 void Hlrc::add_dirty(PageId page, PageEntry& e) {
   if (e.in_dirty_list) return;
   e.in_dirty_list = true;
@@ -282,12 +291,7 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
       case PageState::kReadOnly: {
         // First write in this interval: twin, then open for writing.
         LOOM_CHECK(is_write, "read fault on a read-only copy: {}", dump_page(page));
-        e.twin.reset(new std::byte[kPageBytes]);
-        std::memcpy(e.twin.get(), space_.sys_page(page), kPageBytes);
-        counters_.twins.fetch_add(1, std::memory_order_relaxed);
-        e.state = st(PageState::kWritable);
-        e.prot = Prot::kReadWrite;
-        add_dirty(page, e);
+        open_for_writing(page, e, space_.sys_page(page));
         space_.protect(page, 1, e.prot);
         return true;
       }
@@ -299,12 +303,7 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
         }
         counters_.pushes_used.fetch_add(1, std::memory_order_relaxed);
         if (is_write) {
-          e.twin.reset(new std::byte[kPageBytes]);
-          std::memcpy(e.twin.get(), space_.sys_page(page), kPageBytes);
-          counters_.twins.fetch_add(1, std::memory_order_relaxed);
-          e.state = st(PageState::kWritable);
-          e.prot = Prot::kReadWrite;
-          add_dirty(page, e);
+          open_for_writing(page, e, space_.sys_page(page));
         } else {
           e.state = st(PageState::kReadOnly);
           e.prot = Prot::kRead;
@@ -415,12 +414,7 @@ bool Hlrc::fetch(PageId page, bool is_write) {
       // note: a page this node never held reads as zero (a hole, or backed by back() above).
       if (!(zero && e.state == st(PageState::kUnknown))) std::memcpy(sys, data.data(), kPageBytes);
       if (is_write) {
-        e.twin.reset(new std::byte[kPageBytes]);
-        std::memcpy(e.twin.get(), data.data(), kPageBytes);
-        counters_.twins.fetch_add(1, std::memory_order_relaxed);
-        e.state = st(PageState::kWritable);
-        e.prot = Prot::kReadWrite;
-        add_dirty(page, e);
+        open_for_writing(page, e, data.data());
       } else {
         e.state = st(PageState::kReadOnly);
         e.prot = Prot::kRead;

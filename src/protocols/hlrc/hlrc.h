@@ -209,6 +209,9 @@ class Hlrc final : public Protocol, public Consistency {
       REQUIRES(table_.lock_of(page));
   bool fetch(memory::PageId page, bool is_write);
   void add_dirty(memory::PageId page, memory::PageEntry& e);
+  // A valid copy's first write in the interval: twin := `base` (the copy's contents), writable,
+  // in the dirty list. The caller sets the protection.
+  void open_for_writing(memory::PageId page, memory::PageEntry& e, const std::byte* base);
   void protect_ranges(std::vector<memory::PageId> pages, memory::Prot prot);
   // acquire(): applies the stored notices not applied yet.
   void apply_unapplied();
