@@ -250,6 +250,7 @@ nlohmann::json Runtime::dsm_json() const {
   j["lock_grants_sent"] = v(l.grants_sent);
   const sync::BarrierCounters& b = barriers_->counters();
   j["barrier_waits"] = v(b.waits);
+  j["barrier_solicited_arrivals"] = v(b.solicited_arrivals);
   const sync::ObjectCounters& o = objects_->counters();
   j["object_calls"] = v(o.calls);
   j["object_calls_local"] = v(o.calls_local);

@@ -521,4 +521,8 @@ const hl::Counters& Simulation::hlrc_counters(uint32_t node) const {
   return nodes_.at(node)->hlrc->counters();
 }
 
+const sync::BarrierCounters& Simulation::barrier_counters(uint32_t node) const {
+  return nodes_.at(node)->barriers->counters();
+}
+
 }  // namespace loom::sim

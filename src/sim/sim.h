@@ -34,6 +34,7 @@
 #include "protocols/lrc/lrc_mw.h"
 #include "protocols/platform.h"
 #include "protocols/single/single_owner.h"
+#include "sync/barriers.h"
 #include "sync/objects.h"
 
 namespace loom::sim {
@@ -149,6 +150,8 @@ class Simulation {
   std::vector<TypeCount> by_type() const;
   // The protocol counters of one node.
   const protocols::hlrc::Counters& hlrc_counters(uint32_t node) const;
+  // The barrier counters of one node.
+  const sync::BarrierCounters& barrier_counters(uint32_t node) const;
   // Condition waiters woken on registration because a signal had overtaken them (all nodes).
   uint64_t cond_overtaken() const;
 

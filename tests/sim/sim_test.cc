@@ -101,6 +101,60 @@ TEST(ScenarioTest, BarrierPushesCarryRowsHomedAtTheirWriters) {
   }
 }
 
+// Solicited arrivals (sync/barriers.h): from the second episode on, every node's arrival
+// answers the solicitation the manager sent with the previous release, instead of being a new
+// request for the manager's server thread.
+TEST(ScenarioTest, BarrierArrivalsAfterTheFirstAnswerTheManagersSolicitation) {
+  constexpr uint32_t kNodes = 3, kEpisodes = 10;
+  Options o;
+  o.nodes = kNodes;
+  Simulation sim(o);
+  for (uint32_t node = 0; node < kNodes; ++node)
+    sim.spawn(node, [](Thread& t) {
+      for (uint32_t k = 0; k < kEpisodes; ++k) t.barrier(barrier_id(0), kNodes);
+    });
+  ASSERT_TRUE(sim.run().is_ok());
+  uint64_t solicited = 0;
+  for (uint32_t node = 0; node < kNodes; ++node)
+    solicited += sim.barrier_counters(node).solicited_arrivals.load();
+  // Every node but the manager, at every episode but the first.
+  EXPECT_EQ(solicited, (kNodes - 1) * (kEpisodes - 1));
+}
+
+// A reader that read a pushed page once and never again declines the pushes, so the home stops
+// sending it: without declines the home would push the page with every barrier.
+TEST(ScenarioTest, AnUnusedPushIsDeclinedAndNotSentAgain) {
+  constexpr int kSteps = 10;
+  Options o;
+  o.nodes = 2;
+  o.hlrc.push_pages = 16;
+  Simulation sim(o);
+  auto addr = std::make_shared<uint64_t>(0);
+  sim.spawn(0, [addr](Thread& t) {
+    *addr = t.alloc(4096, memory::Placement::kNode, 0);
+    t.write(*addr, 1);
+    t.barrier(barrier_id(0), 2);
+    t.barrier(barrier_id(0), 2);  // node 1 has read the page: it is a reader now
+    for (int k = 0; k < kSteps; ++k) {
+      t.write(*addr, 2 + k);
+      t.barrier(barrier_id(0), 2);
+    }
+  });
+  sim.spawn(1, [addr](Thread& t) {
+    t.barrier(barrier_id(0), 2);
+    EXPECT_EQ(t.read(*addr), 1u);
+    t.barrier(barrier_id(0), 2);
+    for (int k = 0; k < kSteps; ++k) t.barrier(barrier_id(0), 2);
+  });
+  ASSERT_TRUE(sim.run().is_ok());
+  const auto& home = sim.hlrc_counters(0);
+  const auto& reader = sim.hlrc_counters(1);
+  EXPECT_GE(home.pushes_sent.load(), 1u);  // the home did push (written in releases in a row)
+  EXPECT_LE(home.pushes_sent.load(), 2u);  // and stopped once declined
+  EXPECT_GE(reader.pushes_declined.load(), 1u);
+  EXPECT_EQ(reader.pushes_used.load(), 0u);
+}
+
 // EP without prefetch: each other node fetches its two pages (Q and S rows, both homed at node
 // 0) on its first write (4), sends one diff message to node 0 (1) and takes part in the barrier
 // (2).
