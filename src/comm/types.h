@@ -69,26 +69,24 @@ class Buffer {
   std::span<const std::byte> span() const { return {data(), size_}; }
 
   static constexpr size_t kBlock = 4096;
+  // Whether this build pools page-sized buffers (not under AddressSanitizer).
+#if defined(__SANITIZE_ADDRESS__)
+  static constexpr bool kPooling = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  static constexpr bool kPooling = false;
+#else
+  static constexpr bool kPooling = true;
+#endif
+#else
+  static constexpr bool kPooling = true;
+#endif
 
  private:
   friend struct detail::BufferRelease;
   using Data = std::unique_ptr<std::byte[], detail::BufferRelease>;
 
-  static bool pooled_size(size_t size) {
-#if defined(__SANITIZE_ADDRESS__)
-#define LOOM_BUFFER_NO_POOL 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define LOOM_BUFFER_NO_POOL 1
-#endif
-#endif
-#ifdef LOOM_BUFFER_NO_POOL
-    (void)size;
-    return false;
-#else
-    return size > 1024 && size <= kBlock;
-#endif
-  }
+  static bool pooled_size(size_t size) { return kPooling && size > 1024 && size <= kBlock; }
   // The calling thread's cache (comm/buffer.cc).
   static std::byte* take_block();
   static void give_block(std::byte* block);
