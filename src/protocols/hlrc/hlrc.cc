@@ -876,24 +876,28 @@ bool Hlrc::install_copy_locked(PageId page, PageEntry& e, PushedCopy c) {
                      e.state == st(PageState::kPushed)) &&
                     (c.version.covers(e.required) || opts_.mutant == Options::Mutant::kPushStale);
   if (!fits) {
-    counters_.pushes_dropped.fetch_add(1, std::memory_order_relaxed);
     // A push this node cannot take (it writes the page too, or other writers' diffs had not
     // reached the home) is declined like an unused one, so its home stops sending it.
-    if (e.home == static_cast<int32_t>(c.from)) {
-      MutexLock pl(push_mu_);
-      unused_pushes_[page] = e.home;
-    }
+    drop_push(page, e, c.from);
     return false;
   }
   std::memcpy(space_.sys_page(page), c.data.data(), kPageBytes);
   e.version = std::move(c.version);
   e.state = st(PageState::kPushed);
-  {
-    MutexLock pl(push_mu_);
-    unused_pushes_[page] = e.home;
-  }
+  // Declined at the next barrier unless the first access (handle_fault) shows it was wanted.
+  decline_at_next_barrier(page, e.home);
   counters_.pushes_installed.fetch_add(1, std::memory_order_relaxed);
   return true;
+}
+
+void Hlrc::drop_push(PageId page, const PageEntry& e, uint32_t from) {
+  counters_.pushes_dropped.fetch_add(1, std::memory_order_relaxed);
+  if (e.home == static_cast<int32_t>(from)) decline_at_next_barrier(page, e.home);
+}
+
+void Hlrc::decline_at_next_barrier(PageId page, int32_t home) {
+  MutexLock pl(push_mu_);
+  unused_pushes_[page] = home;
 }
 
 void Hlrc::install_remaining_pushes() {
@@ -913,11 +917,7 @@ void Hlrc::install_remaining_pushes() {
     } else {
       // The copy is valid: a lock grant brought the write notice before the barrier did, and
       // this node fetched the page then. The push came for nothing: decline it.
-      counters_.pushes_dropped.fetch_add(1, std::memory_order_relaxed);
-      if (e.home == static_cast<int32_t>(c.from)) {
-        MutexLock pl(push_mu_);
-        unused_pushes_[p] = e.home;
-      }
+      drop_push(p, e, c.from);
     }
   }
 }

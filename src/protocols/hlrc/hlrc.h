@@ -238,6 +238,12 @@ class Hlrc final : public Protocol, public Consistency {
       REQUIRES(table_.lock_of(page));
   bool install_copy_locked(memory::PageId page, memory::PageEntry& e, PushedCopy c)
       REQUIRES(table_.lock_of(page));
+  // A pushed copy not installed: counted, and declined if `from` is still the page's home.
+  void drop_push(memory::PageId page, const memory::PageEntry& e, uint32_t from)
+      REQUIRES(table_.lock_of(page));
+  // Tells `home` at this node's next barrier arrival to stop pushing `page` (unless the page's
+  // first access takes it back: handle_fault).
+  void decline_at_next_barrier(memory::PageId page, int32_t home);
   // After an acquire: the pushed copies no notice made it use (pages already invalid).
   void install_remaining_pushes();
   // The page-request payload for `page` with what this node requires of it.
