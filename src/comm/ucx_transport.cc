@@ -47,6 +47,16 @@ bool split_address(const std::string& joined, std::string* main, std::string* wa
   return true;
 }
 
+// Starts closing `ep` without flushing: the request to wait for, or nullptr if there is none
+// (closed at once, or failed: either way the endpoint is gone).
+ucs_status_ptr_t close_forced(ucp_ep_h ep) {
+  ucp_request_param_t p{};
+  p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
+  return r != nullptr && !UCS_PTR_IS_ERR(r) ? r : nullptr;
+}
+
 std::string ucx_error(std::string_view what, ucs_status_t st) {
   return fmt::format("{}: {}", what, ucs_status_string(st));
 }
@@ -244,36 +254,33 @@ Status UcxTransport::connect(NodeId rank, const std::vector<std::string>& addres
     if (!split_address(addresses[i], &remote[0], &remote[1]))
       return Status::malformed(
           fmt::format("node {}'s address ({} bytes) does not parse", i, addresses[i].size()));
-    ucp_ep_h* eps[2] = {&peer->ep, &peer->wait_ep};
-    for (int k = 0; k < 2; ++k) {
-      ucp_ep_params_t ep{};
-      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-      ep.address = reinterpret_cast<const ucp_address_t*>(remote[k].data());
-      if (opts_.err_handling) {
-        ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-        ep.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-        ep.err_handler.cb = &UcxTransport::ep_error;
-        ep.err_handler.arg = peer.get();
-      } else {
-        ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-      }
-      ucs_status_t st = ucp_ep_create(worker_, &ep, eps[k]);
-      if (st != UCS_OK)
-        return Status::peer_failed(
-            fmt::format("cannot create an endpoint to node {}: {}", i, ucs_status_string(st)));
-    }
-    {
-      ucp_ep_params_t ep{};
-      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-      ep.address = reinterpret_cast<const ucp_address_t*>(remote[1].data());
-      ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-      ucs_status_t st = ucp_ep_create(wait_worker_, &ep, &peer->activation_ep);
-      if (st != UCS_OK)
-        return Status::peer_failed(
-            fmt::format("cannot create an endpoint to node {}: {}", i, ucs_status_string(st)));
-    }
+    Peer* errors_to = opts_.err_handling ? peer.get() : nullptr;
+    if (Status s = create_endpoint(worker_, i, remote[0], errors_to, &peer->ep); !s) return s;
+    if (Status s = create_endpoint(worker_, i, remote[1], errors_to, &peer->wait_ep); !s) return s;
+    // note: never sends, so it needs no error handling.
+    if (Status s = create_endpoint(wait_worker_, i, remote[1], nullptr, &peer->activation_ep); !s)
+      return s;
     peers_.push_back(std::move(peer));
   }
+  return Status::ok();
+}
+
+Status UcxTransport::create_endpoint(ucp_worker_h worker, NodeId node, const std::string& address,
+                                     Peer* errors_to, ucp_ep_h* ep) {
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  p.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+  if (errors_to != nullptr) {
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.err_handler.cb = &UcxTransport::ep_error;
+    p.err_handler.arg = errors_to;
+  }
+  ucs_status_t st = ucp_ep_create(worker, &p, ep);
+  if (st != UCS_OK)
+    return Status::peer_failed(
+        fmt::format("cannot create an endpoint to node {}: {}", node, ucs_status_string(st)));
   return Status::ok();
 }
 
@@ -657,12 +664,8 @@ void UcxTransport::close(int timeout_ms) {
   std::vector<ucs_status_ptr_t> closing;
   for (auto& peer : peers_) {
     if (peer->activation_ep != nullptr && wait_mu_.try_lock()) {
-      ucp_request_param_t cp{};
-      cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      ucs_status_ptr_t r = ucp_ep_close_nbx(peer->activation_ep, &cp);
       // note: a forced close of an endpoint that never sent completes at once, or soon.
-      if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+      if (ucs_status_ptr_t r = close_forced(peer->activation_ep); r != nullptr) {
         while (ucp_request_check_status(r) == UCS_INPROGRESS && now_ns() < deadline)
           ucp_worker_progress(wait_worker_);
         ucp_request_free(r);
@@ -672,11 +675,7 @@ void UcxTransport::close(int timeout_ms) {
     }
     for (ucp_ep_h* ep : {&peer->ep, &peer->wait_ep}) {
       if (*ep == nullptr) continue;
-      ucp_request_param_t cp{};
-      cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      ucs_status_ptr_t r = ucp_ep_close_nbx(*ep, &cp);
-      if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing.push_back(r);
+      if (ucs_status_ptr_t r = close_forced(*ep); r != nullptr) closing.push_back(r);
       *ep = nullptr;
     }
     peer->dead = true;
