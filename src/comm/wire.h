@@ -1,3 +1,4 @@
+// clang-format off
 // The message header every Loom message carries on the wire (documented in docs/comm.md).
 //
 //   offset size field
@@ -10,10 +11,12 @@
 //                          kFlagWaiter: a request whose reply a waiting application thread takes
 //                          (echoed in the reply): the transport delivers that reply where it
 //                          wakes no server thread (docs/comm.md, "Lanes")
-//   14     2    job        16-bit tag derived from the job token; a message from another job is
-//   refused 16     8    request_id 0 for one-way messages; a request's id, echoed in its reply
+//   14     2    job        16-bit tag derived from the job token; a message from another
+//                          job is refused
+//   16     8    request_id 0 for one-way messages; a request's id, echoed in its reply
 //
 // All fields are little-endian (every platform Loom builds on is; a static_assert guards it).
+// clang-format on
 #pragma once
 
 #include <bit>
