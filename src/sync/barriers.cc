@@ -306,13 +306,15 @@ Status BarrierService::on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
     ++m.episode;
     counters_.episodes_managed.fetch_add(1, std::memory_order_relaxed);
   }
-  // Each node's release: the common part, then its mail and its solicitation.
-  auto release_for = [&](comm::NodeId node) {
-    std::vector<std::byte> out = release;
-    ByteWriter w(&out);
+  // Each node's release: the common part, then its mail and its solicitation, written in place
+  // of the previous node's (a reply's payload may be reused once reply() returns).
+  const size_t common = release.size();
+  auto release_for = [&](comm::NodeId node) -> std::span<const std::byte> {
+    release.resize(common);
+    ByteWriter w(&release);
     write_mail(w, post[node]);
     w.u64(solicit[node]);
-    return out;
+    return release;
   };
   // note: replies first; the local waiters' release (notices, garbage collection) can wait.
   std::vector<bool> answered(nodes_, false);
