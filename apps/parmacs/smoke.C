@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
   Global->total = 0;
   CLOCK(Global->start)
   for (i = 1; i < nthreads; i++) CREATE(Work)
-  SETPAUSE(Global->go)
+  for (i = 0; i < nthreads; i++) SETPAUSE(Global->go) /* one per WAITPAUSE, main's included */
   Work();
   WAIT_FOR_END(nthreads - 1)
   CLOCK(end)

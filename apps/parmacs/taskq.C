@@ -10,9 +10,9 @@
  *
  * main creates the threads, waits a little (so that every thread has taken its id and so cached
  * the page of the shared struct), then fills in the shared state they start from (after CREATE,
- * so that only the pause's acquire makes it visible) and starts them with SETPAUSE. The threads
- * with an odd id sleep before WAITPAUSE, so that they usually reach it after SETPAUSE (the flag
- * latches); the others usually wait in it.
+ * so that only the pause's acquire makes it visible) and starts them with one SETPAUSE per thread
+ * (a pause counts, like a semaphore). The threads with an odd id sleep before WAITPAUSE, so that
+ * they usually reach it after SETPAUSE; the others usually wait in it.
  *
  * Checks: the sum of k against its closed form, the number of leaves, each leaf's result and the
  * total against a sequential computation by main.
@@ -200,7 +200,7 @@ int main(int argc, char **argv) {
   Global->tasks_run = Global->leaves_run = Global->waits = Global->bad_start = 0;
   Global->total_steps = Global->total_k = 0;
   for (i = 0; i < nleaves; i++) leafres[i] = -1;
-  SETPAUSE(Global->start)
+  for (i = 0; i < P; i++) SETPAUSE(Global->start)
   Slave();
   WAIT_FOR_END(P - 1)
 

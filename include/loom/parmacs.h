@@ -22,8 +22,9 @@ extern "C" {
 
 /* MAIN_INITENV: node 0, before CREATE. */
 void loom_pm_initenv(void);
-/* CREATE(fn): one more thread running fn, placed by LOOM_PM_PLACEMENT. CREATE(fn, n): n threads
- * in all (block placement over the nodes). Node 0 only. */
+/* CREATE(fn): one more thread running fn, placed by LOOM_PM_PLACEMENT. CREATE(fn, n) (SPLASH-3):
+ * n threads in all: n - 1 more threads (block placement over the nodes), then the caller runs fn
+ * itself as thread 0; returns when the caller's fn returns. Node 0 only. */
 void loom_pm_create(void (*fn)(void));
 void loom_pm_create_n(void (*fn)(void), long n);
 /* WAIT_FOR_END(n): waits until every created thread has returned (n is checked, not needed). */
@@ -53,24 +54,26 @@ void loom_pm_cond_wait(loom_pm_cond_t* c, loom_mutex_t* m);
 void loom_pm_cond_signal(loom_pm_cond_t* c);
 void loom_pm_cond_broadcast(loom_pm_cond_t* c);
 
-/* PAUSE flags: SETPAUSE latches (it may come before WAITPAUSE); WAITPAUSE acquires. */
+/* PAUSE flags are counting semaphores, as in SPLASH-3 (sem_post/sem_wait): each SETPAUSE lets one
+ * WAITPAUSE through, before or after it; WAITPAUSE acquires. */
 typedef struct loom_pm_pause {
   loom_mutex_t lock;
   loom_pm_cond_t cond;
-  long flag;
+  long count;
 } loom_pm_pause_t;
 void loom_pm_pause_init(loom_pm_pause_t* p);
 void loom_pm_pause_set(loom_pm_pause_t* p);
-void loom_pm_pause_clear(loom_pm_pause_t* p);
 void loom_pm_pause_wait(loom_pm_pause_t* p);
 
-/* Global sub-scripts (GSDEC/GSINIT/GETSUB). */
+/* Global sub-scripts (GSDEC/GSINIT/GETSUB): 0..limit, then -1 to each of nprocs callers, after
+ * which it starts again at 0 (nprocs < 1: never again). */
 typedef struct loom_pm_getsub {
   loom_mutex_t lock;
   long next;
+  long finished; /* callers that got -1 since the last start */
 } loom_pm_getsub_t;
 void loom_pm_getsub_init(loom_pm_getsub_t* g);
-long loom_pm_getsub(loom_pm_getsub_t* g, long limit);
+long loom_pm_getsub(loom_pm_getsub_t* g, long limit, long nprocs);
 
 /* Semaphores (SEMDEC/SEMINIT/SEMP/SEMV). */
 typedef struct loom_pm_sem {

@@ -306,6 +306,7 @@ void loom_pm_create(void (*fn)(void)) { loom::runtime::create_one(fn, 0); }
 void loom_pm_create_n(void (*fn)(void), long n) {
   // SPLASH-3 style: n threads in all, the calling (main) thread being thread 0.
   for (long i = 1; i < n; ++i) loom::runtime::create_one(fn, n);
+  fn();
 }
 
 void loom_pm_wait_for_end(long n) {
@@ -382,37 +383,38 @@ void loom_pm_cond_broadcast(loom_pm_cond_t* c) {
 void loom_pm_pause_init(loom_pm_pause_t* p) {
   loom_mutex_init(&p->lock);
   loom_pm_cond_init(&p->cond);
-  p->flag = 0;
+  p->count = 0;
 }
 
 void loom_pm_pause_set(loom_pm_pause_t* p) {
   loom_mutex_lock(&p->lock);
-  p->flag = 1;
-  loom_pm_cond_broadcast(&p->cond);
-  loom_mutex_unlock(&p->lock);
-}
-
-void loom_pm_pause_clear(loom_pm_pause_t* p) {
-  loom_mutex_lock(&p->lock);
-  p->flag = 0;
+  p->count++;
+  loom_pm_cond_signal(&p->cond);
   loom_mutex_unlock(&p->lock);
 }
 
 void loom_pm_pause_wait(loom_pm_pause_t* p) {
   loom_mutex_lock(&p->lock);
-  while (p->flag == 0) loom_pm_cond_wait(&p->cond, &p->lock);
+  while (p->count == 0) loom_pm_cond_wait(&p->cond, &p->lock);
+  p->count--;
   loom_mutex_unlock(&p->lock);
 }
 
 void loom_pm_getsub_init(loom_pm_getsub_t* g) {
   loom_mutex_init(&g->lock);
   g->next = 0;
+  g->finished = 0;
 }
 
-long loom_pm_getsub(loom_pm_getsub_t* g, long limit) {
+long loom_pm_getsub(loom_pm_getsub_t* g, long limit, long nprocs) {
   loom_mutex_lock(&g->lock);
   long sub = -1;
-  if (g->next <= limit) sub = g->next++;
+  if (g->next <= limit) {
+    sub = g->next++;
+  } else if (nprocs > 0 && ++g->finished >= nprocs) {
+    g->next = 0;  // every caller has seen the end: the next round starts
+    g->finished = 0;
+  }
   loom_mutex_unlock(&g->lock);
   return sub;
 }
