@@ -357,5 +357,62 @@ TEST_F(LoomrunTest, StatsJsonMissingNodeFileIsNull) {
   EXPECT_EQ(j["nodes"][2]["rank"], 2);
 }
 
+// stdin goes to one node (rank 0 unless --stdin says otherwise), as with mpirun; the others read
+// /dev/null. A file is handed over as it is.
+TEST_F(LoomrunTest, StdinGoesToRankZeroOnly) {
+  std::string input = work_.path() + "/input";
+  std::ofstream(input) << "hello\nworld\n";
+  const std::string node = "read x || x=EOF; read y || y=EOF; echo $LOOM_RANK:$x:$y";
+  auto r = run({"/bin/sh", "-c", kLoomrun + " -n 3 sh -c '" + node + "' < " + input}, env());
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(count(r.out, "0:hello:world\n"), 1) << r.out;
+  EXPECT_EQ(count(r.out, "1:EOF:EOF\n"), 1) << r.out;
+  EXPECT_EQ(count(r.out, "2:EOF:EOF\n"), 1) << r.out;
+
+  auto two =
+      run({"/bin/sh", "-c", kLoomrun + " -n 3 --stdin 2 sh -c '" + node + "' < " + input}, env());
+  EXPECT_EQ(count(two.out, "0:EOF:EOF\n"), 1) << two.out;
+  EXPECT_EQ(count(two.out, "2:hello:world\n"), 1) << two.out;
+
+  auto none = run(
+      {"/bin/sh", "-c", kLoomrun + " -n 2 --stdin none sh -c '" + node + "' < " + input}, env());
+  EXPECT_EQ(count(none.out, ":EOF:EOF\n"), 2) << none.out;
+}
+
+// From a terminal, loomrun copies its stdin into a pipe (a node reading the terminal itself
+// would be stopped: it is not in the foreground process group). script(1) provides the terminal.
+TEST_F(LoomrunTest, StdinFromATerminalIsRelayed) {
+  if (::access("/usr/bin/script", X_OK) != 0) GTEST_SKIP() << "no script(1)";
+  // note: \$ because the command passes through one more shell inside double quotes.
+  const std::string node =
+      "read x || x=EOF; test -t 0 && t=tty || t=pipe; echo \\$LOOM_RANK:\\$x:\\$t";
+  auto r = run({"/bin/sh", "-c",
+                "printf 'hello\\n' | /usr/bin/script -qec \"" + kLoomrun + " -n 2 sh -c '" + node +
+                    "'\" /dev/null"},
+               env({"PATH=/usr/bin:/bin", "SHELL=/bin/sh"}));
+  EXPECT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(count(r.out, "0:hello:pipe"), 1) << r.out;
+  EXPECT_EQ(count(r.out, "1:EOF:pipe"), 1) << r.out;
+}
+
+TEST_F(LoomrunTest, MalformedStdinRank) {
+  expect_one_line(loomrun({"-n", "2", "--stdin", "2", "true"}), "loomrun: --stdin=2: expected");
+  expect_one_line(loomrun({"-n", "2", "--stdin", "x", "true"}), "loomrun: --stdin=x: expected");
+}
+
+// A job stopped by --timeout still writes --stats-json, marked partial, with the reason.
+TEST_F(LoomrunTest, StatsJsonOfAStoppedJobIsMarkedPartial) {
+  std::string file = work_.path() + "/stats.json";
+  auto r = loomrun({"-n", "2", "--timeout", "1", "--stats-json", file, "sleep", "30"});
+  EXPECT_EQ(r.status, 124) << r.err;
+  std::ifstream in(file);
+  ASSERT_TRUE(in) << "no " << file;
+  auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["partial"], true);
+  EXPECT_EQ(j["stopped"], "timeout after 1 s");
+  ASSERT_EQ(j["nodes"].size(), 2u);
+  EXPECT_TRUE(j["nodes"][0].is_null());  // sleep writes no statistics
+}
+
 }  // namespace
 }  // namespace loom::testing

@@ -86,13 +86,22 @@ void Job::start_nodes(const std::string& token) {
   spec.path = program_path_;
   spec.argv = options_.command;
   spec.setup = child_setup_;
-  spec.dev_null = dev_null.get();
+  if (options_.stdin_rank != kNoStdin) {
+    auto relay = StdinRelay::create();
+    if (relay) {
+      stdin_ = std::move(*relay);
+    } else {
+      warn("cannot pass stdin on, the nodes read /dev/null: " + relay.status().message());
+    }
+  }
   std::vector<std::string> env = base_env(token);
   env.emplace_back();  // LOOM_RANK, set per node
   for (uint32_t r = 0; r < options_.nodes; ++r) {
     env.back() = fmt::format("LOOM_RANK={}", r);
     spec.env = env;
+    spec.stdin_fd = stdin_ && r == options_.stdin_rank ? stdin_->child_fd() : dev_null.get();
     auto spawned = spawn_node(spec);
+    if (stdin_ && r == options_.stdin_rank) stdin_->close_child_end();
     if (!spawned) {
       // The nodes already started are told like any failure; the rest never start.
       node_failed(r, fmt::format("cannot start node {}: {}", r, spawned.status().message()), 1);
@@ -129,6 +138,7 @@ int Job::run() {
     ps.add(signals_->fd(), POLLIN, [this](short) { on_signals(); });
     broker_->add_to(&ps);
     output_.add_to(&ps);
+    if (stdin_) stdin_->add_to(&ps);
     Status s = ps.wait(next_timeout_ms(Clock::now()));
     if (!s) {
       say("internal error: " + s.message());
@@ -189,7 +199,8 @@ int Job::next_timeout_ms(TimePoint now) const {
 
 void Job::check_deadlines(TimePoint now) {
   if (stop_ == Stop::kNone && timeout_deadline_ && now >= *timeout_deadline_) {
-    say(fmt::format("timeout after {} s", seconds(options_.timeout_s)));
+    stopped_text_ = fmt::format("timeout after {} s", seconds(options_.timeout_s));
+    say(stopped_text_);
     begin_stop(Stop::kTimeout);
     signal_nodes(SIGTERM, [](const Node&) { return true; });
   }
@@ -243,6 +254,7 @@ void Job::node_failed(uint32_t rank, const std::string& text, std::optional<int>
   if (!begin_stop(Stop::kFailure)) return;
   failed_rank_ = rank;
   failed_status_ = status;
+  stopped_text_ = text;
   say(text);
   // Nodes still starting up get the notice when they connect (Broker keeps it for them); nodes
   // that never connect are killed when the grace period ends.
@@ -261,6 +273,7 @@ void Job::on_signals() {
       continue;
     }
     if (stop_ == Stop::kNone) {
+      stopped_text_ = fmt::format("loomrun caught {}", signal_name(sig));
       say(fmt::format("caught {}; stopping the job", signal_name(sig)));
       begin_stop(Stop::kSignal);
       stop_signal_ = sig;
@@ -337,7 +350,8 @@ void Job::on_abort(uint32_t rank, const std::string& reason) {
   if (!begin_stop(Stop::kFailure)) return;
   failed_rank_ = rank;
   failed_status_.reset();
-  say(fmt::format("{} aborted the job: {}", who(rank), reason));
+  stopped_text_ = fmt::format("{} aborted the job: {}", who(rank), reason);
+  say(stopped_text_);
   broker_->broadcast_job_abort(rank, reason);
 }
 

@@ -32,6 +32,7 @@
 #include "broker.h"
 #include "options.h"
 #include "output.h"
+#include "stdin_relay.h"
 #include "sys.h"
 
 namespace loom::loomrun {
@@ -51,6 +52,9 @@ class Job final : public BrokerListener {
   // Returns loomrun's exit status: 0, the first failing node's status, 124 on timeout, 128+sig
   // when loomrun was signalled, 1 if loomrun itself could not run the job.
   int run();
+
+  // Why the job stopped before its end ("timeout after 5 s", ...); empty if it ended normally.
+  const std::string& stopped() const { return stopped_text_; }
 
   // Where --stats-json nodes write ("%r" is the rank).
   static std::string stats_pattern(const std::string& dir);
@@ -110,11 +114,13 @@ class Job final : public BrokerListener {
   std::unordered_map<pid_t, uint32_t> rank_of_pid_;
   std::unique_ptr<Broker> broker_;
   OutputForwarder output_;
+  std::optional<StdinRelay> stdin_;  // when a node reads loomrun's stdin
 
   Stop stop_ = Stop::kNone;
   uint32_t failed_rank_ = kNoRank;
   std::optional<int> failed_status_;  // nullopt: take it from the failed node's exit (ABORT)
   int stop_signal_ = 0;
+  std::string stopped_text_;
   std::optional<TimePoint> timeout_deadline_;
   std::optional<TimePoint> kill_deadline_;
   std::optional<TimePoint> reap_deadline_;

@@ -50,12 +50,15 @@ int main(int argc, char** argv) {
   }
 
   int status;
+  std::string stopped;
   {
     Job job(options, *program, (*dir)->path(), signals->get(), child_setup);
     status = job.run();
+    stopped = job.stopped();
   }
   if (!options.stats_json.empty() &&
-      !merge_stats(Job::stats_pattern((*dir)->path()), options.nodes, options.stats_json) &&
+      !merge_stats(Job::stats_pattern((*dir)->path()), options.nodes, options.stats_json,
+                   stopped) &&
       status == 0)
     status = 1;
   return status;  // *dir's destructor removes the directory

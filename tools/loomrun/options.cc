@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -73,7 +74,7 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
       "Exit status: 0 if every node exits 0; else the first failing node's status (128+signal\n"
       "for a signal); 124 on --timeout; 2 for a usage error. See docs/launcher.md.");
 
-  std::string nodes_text, timeout_text, grace_text;
+  std::string nodes_text, timeout_text, grace_text, stdin_text;
   bool help_config = false;
   app.add_option("-n,--np", nodes_text, "Number of nodes to start (1 to 1024)")->option_text("N");
   app.add_flag("--tag-output,--prefix", opts.tag_output,
@@ -85,6 +86,10 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
                  "Seconds nodes get to exit after a failure, timeout or signal before SIGKILL "
                  "(default 2)")
       ->option_text("SECONDS");
+  app.add_option("--stdin", stdin_text,
+                 "The node that reads loomrun's stdin: a rank, or none (default 0, the node that "
+                 "runs main; the others read /dev/null)")
+      ->option_text("RANK|none");
   app.add_flag("--stats", opts.stats, "Every node prints its counters at exit (LOOM_STATS=1)");
   app.add_option("--stats-json", opts.stats_json,
                  "Collect every node's counters into FILE as {\"nodes\": [...]}")
@@ -143,6 +148,18 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
     return usage_error(
         fmt::format("-n {}: expected a number of nodes from 1 to {}", nodes_text, kMaxNodes));
   opts.nodes = *nodes;
+
+  if (stdin_text == "none") {
+    opts.stdin_rank = kNoStdin;
+  } else if (!stdin_text.empty()) {
+    uint32_t rank = 0;
+    auto [end, ec] =
+        std::from_chars(stdin_text.data(), stdin_text.data() + stdin_text.size(), rank);
+    if (ec != std::errc() || end != stdin_text.data() + stdin_text.size() || rank >= opts.nodes)
+      return usage_error(fmt::format("--stdin={}: expected none or a rank from 0 to {}", stdin_text,
+                                     opts.nodes - 1));
+    opts.stdin_rank = rank;
+  }
 
   if (!timeout_text.empty()) {
     auto t = parse_seconds(timeout_text, /*allow_zero=*/false);

@@ -22,6 +22,7 @@ namespace loom::loomrun {
 
 inline constexpr uint32_t kMaxNodes = 1024;
 inline constexpr int kUsageError = 2;
+inline constexpr uint32_t kNoStdin = UINT32_MAX;
 
 struct Options {
   uint32_t nodes = 0;
@@ -30,6 +31,8 @@ struct Options {
   double kill_grace_s = 2;
   bool stats = false;
   std::string stats_json;  // empty: not requested
+  // The node that gets loomrun's stdin (--stdin; the others read /dev/null). kNoStdin: none.
+  uint32_t stdin_rank = 0;
   // LOOM_* variables set by flags: variable name -> canonical value.
   std::map<std::string, std::string> settings;
   std::vector<std::string> command;  // program, then its arguments

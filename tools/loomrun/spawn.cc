@@ -43,8 +43,8 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);  // loomrun died before prctl took effect
-  if (::dup2(spec.dev_null, STDIN_FILENO) < 0 || ::dup2(out_w, STDOUT_FILENO) < 0 ||
-      ::dup2(err_w, STDERR_FILENO) < 0)
+  if ((spec.stdin_fd != STDIN_FILENO && ::dup2(spec.stdin_fd, STDIN_FILENO) < 0) ||
+      ::dup2(out_w, STDOUT_FILENO) < 0 || ::dup2(err_w, STDERR_FILENO) < 0)
     ::_exit(127);
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;

@@ -5,7 +5,8 @@
 //   - in its own process group (loomrun signals the group, so helpers the node forks go too; and a
 //     terminal's ^C reaches only loomrun, which forwards it exactly once);
 //   - with PR_SET_PDEATHSIG = SIGKILL, so nodes never outlive a loomrun that was killed;
-//   - stdin from /dev/null, stdout and stderr into pipes that loomrun forwards;
+//   - stdin as SpawnSpec says (loomrun's stdin for one node, /dev/null for the others), stdout
+//     and stderr into pipes that loomrun forwards;
 //   - loomrun's blocked signals, ignored SIGPIPE and raised descriptor limit undone.
 //
 // Thread safety: call from loomrun's single thread (fork in a threaded process is unsafe).
@@ -31,7 +32,7 @@ struct SpawnSpec {
   std::vector<std::string> argv;  // argv[0] is the name the user typed
   std::vector<std::string> env;   // "NAME=value"
   ChildSetup setup;
-  int dev_null = -1;  // open on /dev/null, for stdin
+  int stdin_fd = -1;  // becomes the node's stdin
 };
 
 struct Spawned {

@@ -13,8 +13,10 @@
 
 namespace loom::loomrun {
 
-bool merge_stats(const std::string& pattern, uint32_t nodes, const std::string& out_path) {
+bool merge_stats(const std::string& pattern, uint32_t nodes, const std::string& out_path,
+                 const std::string& stopped) {
   nlohmann::json merged = nlohmann::json::array();
+  bool partial = !stopped.empty();
   for (uint32_t r = 0; r < nodes; ++r) {
     std::string path = pattern;
     size_t at = path.find("%r");
@@ -23,6 +25,7 @@ bool merge_stats(const std::string& pattern, uint32_t nodes, const std::string& 
     if (!in) {
       warn(fmt::format("node {} wrote no statistics ({}: {})", r, path, std::strerror(errno)));
       merged.push_back(nullptr);
+      partial = true;
       continue;
     }
     std::stringstream text;
@@ -31,11 +34,17 @@ bool merge_stats(const std::string& pattern, uint32_t nodes, const std::string& 
     if (j.is_discarded()) {
       warn(fmt::format("node {}'s statistics in {} are not valid JSON", r, path));
       merged.push_back(nullptr);
+      partial = true;
       continue;
     }
+    if (j.is_object() && j.value("partial", false)) partial = true;
     merged.push_back(std::move(j));
   }
   nlohmann::json doc = {{"nodes", std::move(merged)}};
+  if (partial) {
+    doc["partial"] = true;
+    if (!stopped.empty()) doc["stopped"] = stopped;
+  }
   std::string text = doc.dump(2) + "\n";
   FILE* f = std::fopen(out_path.c_str(), "w");
   bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
