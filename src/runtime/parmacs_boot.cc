@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -58,6 +59,11 @@ void end_job() { loom::runtime::parmacs_end_job(); }
 }  // namespace
 
 extern "C" void loom_pm_start(void) {
+  // Output to a pipe (loomrun's, mpirun's) goes out line by line, as on a terminal: what main
+  // printed before a hang or a failure reaches the user. (Files stay fully buffered.)
+  struct stat st {};
+  if (::fstat(STDOUT_FILENO, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
   DataRange d;
   dl_iterate_phdr(find_data, &d);
   if (d.end > d.start) loom::runtime::set_program_data(d.start, d.end - d.start);

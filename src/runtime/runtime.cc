@@ -13,6 +13,7 @@
 #include "loom/loom.h"
 #include "loom/loom.hpp"
 #include "runtime/parmacs.h"
+#include "runtime/stop_signals.h"
 
 namespace loom::runtime {
 namespace {
@@ -98,6 +99,9 @@ std::unique_ptr<Runtime> Runtime::start() {
   }
   rt->server_->start();
   rt->comm_->start_monitoring();
+  install_stop_signals([](int sig) {
+    if (g_runtime != nullptr) g_runtime->on_stop_signal(sig);
+  });
   if (Status s = rt->bootstrap_->barrier(); !s)
     log::die(kExitJobFailed, "start-up barrier failed: " + s.to_string());
   return rt;
@@ -303,10 +307,14 @@ std::string Runtime::dsm_table() const {
   return out;
 }
 
-std::string Runtime::stats_json() const {
+std::string Runtime::stats_json(std::string_view stopped_by) const {
   nlohmann::json j;
   j["node"] = comm_->rank();
   j["nodes"] = comm_->size();
+  if (!stopped_by.empty()) {
+    j["partial"] = true;
+    j["stopped_by"] = std::string(stopped_by);
+  }
   j["messages"] = comm_->counters().to_json(comm_->registry());
   j["dsm"] = dsm_json();
   auto st = server_->stats();
@@ -315,21 +323,38 @@ std::string Runtime::stats_json() const {
   return j.dump(2);
 }
 
-void Runtime::report_stats() {
+void Runtime::report_stats(std::string_view stopped_by) {
   if (config_.get_bool("STATS")) {
     std::string table = comm_->counters().format_table(comm_->registry());
     std::string dsm = dsm_table();
-    std::fprintf(stderr, "loom[%u] statistics:\n%s  shared memory:\n%s", comm_->rank(),
-                 table.c_str(), dsm.c_str());
+    std::string head =
+        stopped_by.empty()
+            ? fmt::format("loom[{}] statistics:", comm_->rank())
+            : fmt::format("loom[{}] statistics (partial: stopped by {}):", comm_->rank(),
+                          stopped_by);
+    std::fprintf(stderr, "%s\n%s  shared memory:\n%s", head.c_str(), table.c_str(), dsm.c_str());
   }
   std::string path = config_.get_string("STATS_JSON");
   if (!path.empty()) {
     for (size_t pos; (pos = path.find("%r")) != std::string::npos;)
       path.replace(pos, 2, std::to_string(comm_->rank()));
-    std::ofstream out(path);
-    out << stats_json() << "\n";
-    if (!out) LOOM_WARN("cannot write statistics to {}", path);
+    // Written whole or not at all: a node killed while writing leaves no half file.
+    std::string tmp = path + ".tmp";
+    std::ofstream out(tmp);
+    out << stats_json(stopped_by) << "\n";
+    out.close();
+    if (!out || std::rename(tmp.c_str(), path.c_str()) != 0)
+      LOOM_WARN("cannot write statistics to {}", path);
   }
+}
+
+void Runtime::on_stop_signal(int sig) {
+  // On the stop-signal thread (stop_signals.h): the program's output first, then the counters.
+  std::fflush(stdout);
+  std::string name = sigabbrev_np(sig) != nullptr ? std::string("SIG") + sigabbrev_np(sig)
+                                                  : fmt::format("signal {}", sig);
+  report_stats(name);
+  std::fflush(nullptr);
 }
 
 void Runtime::on_fatal(const Status& why) {

@@ -57,8 +57,9 @@ class Runtime {
   comm::NodeId rank() const { return comm_->rank(); }
   uint32_t size() const { return comm_->size(); }
 
-  // The counters as JSON (the object written by LOOM_STATS_JSON).
-  std::string stats_json() const;
+  // The counters as JSON (the object written by LOOM_STATS_JSON). `stopped_by` non-empty: the
+  // node was stopped before the end of the job (a signal), and the counters are partial.
+  std::string stats_json(std::string_view stopped_by = {}) const;
   // The shared-memory counters (faults, pages, diffs, notices, locks, barriers, times) as a
   // table, one "name value" line each.
   std::string dsm_table() const;
@@ -66,7 +67,9 @@ class Runtime {
  private:
   Runtime() = default;
   void on_fatal(const Status& why);
-  void report_stats();
+  // Prints (LOOM_STATS) and writes (LOOM_STATS_JSON) the counters; see stats_json.
+  void report_stats(std::string_view stopped_by = {});
+  void on_stop_signal(int sig);
   void start_memory();
   nlohmann::json dsm_json() const;
 
