@@ -252,6 +252,9 @@ nlohmann::json Runtime::dsm_json() const {
   j["lock_acquires_remote"] = v(l.remote_acquires);
   j["lock_local_handoffs"] = v(l.local_handoffs);
   j["lock_grants_sent"] = v(l.grants_sent);
+  j["lock_lazy_unlocks"] = v(l.lazy_unlocks);
+  j["lock_handler_releases"] = v(l.handler_releases);
+  j["lock_deferred_grants"] = v(l.deferred_grants);
   const sync::BarrierCounters& b = barriers_->counters();
   j["barrier_waits"] = v(b.waits);
   j["barrier_solicited_arrivals"] = v(b.solicited_arrivals);

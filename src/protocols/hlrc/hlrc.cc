@@ -450,6 +450,13 @@ void Hlrc::release_interval(const IntervalStamp& next, std::vector<PageWrite> wr
   release_locked(next, std::move(written));
 }
 
+void Hlrc::release_from_handler() {
+  // note: the platform's release mutex is held, and every release of this node goes through it,
+  // so this one is free.
+  MutexLock rl(release_mu_);
+  release_locked(next_interval(), {});
+}
+
 void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> written) {
   std::vector<PageId> pages = dirty_.take();
   if (pages.empty() && written.empty()) return;
@@ -549,7 +556,10 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
     applied_[me_] = interval;
     stored = store_.stored();
   }
-  if (stored >= next_gc_at_.load(std::memory_order_relaxed) && !collecting_.exchange(true)) {
+  // note: the collection asks every node and waits: not from a handler (the next release on an
+  // application thread starts it).
+  if (stored >= next_gc_at_.load(std::memory_order_relaxed) && !comm_.on_dispatcher() &&
+      !collecting_.exchange(true)) {
     collect_garbage();
     // note: the floor only advances once every node has seen the notices; until then, wait for
     // another threshold's worth before asking again.

@@ -150,6 +150,10 @@ class Hlrc final : public Protocol, public Consistency {
   // REQUIRES: the caller serializes the two calls against other releases of this node.
   IntervalStamp next_interval() const;
   void release_interval(const IntervalStamp& next, std::vector<PageWrite> written);
+  // A release of HLRC's own pages from a message handler (Platform::try_release_from_handler,
+  // which holds the platform's release mutex): never waits; the notice collection a release
+  // may start waits for the next release on an application thread.
+  void release_from_handler();
   // Write notices naming pages of other protocols: after raising their PageEntry::required,
   // acquire() hands them to `hook` (one call per protocol, on the acquiring thread).
   using ForeignPages = std::function<void(ProtocolId, std::vector<memory::PageId>)>;
