@@ -91,6 +91,10 @@ const ConfigRow kRows[] = {
      "hlrc: a home that applies this many diffs in a row from one other node (no other write in "
      "between) offers that node the page's home. 0: homes never move. Experimental.",
      "", 0, 1 << 20},
+    {"LAZY_RELEASE", ConfigType::kBool, "1",
+     "Locks release only when their token leaves the node (an unlock that keeps the lock on the "
+     "node releases nothing). 0: every unlock releases.",
+     ""},
     {"LOCK_FAIRNESS", ConfigType::kInt, "4",
      "Lock handoffs to waiting threads on the same node before a waiting remote node is served.",
      "", 1, 1 << 20},

@@ -192,7 +192,8 @@ void Runtime::start_memory() {
   }
   protocols::freeze_protocols();
   locks_ = std::make_unique<sync::LockService>(
-      *comm_, *platform_, static_cast<uint32_t>(config_.get_int("LOCK_FAIRNESS")));
+      *comm_, *platform_, static_cast<uint32_t>(config_.get_int("LOCK_FAIRNESS")),
+      config_.get_bool("LAZY_RELEASE"));
   barriers_ = std::make_unique<sync::BarrierService>(*comm_, *platform_, space_->num_pages());
   conds_ = std::make_unique<sync::CondService>(*comm_, *locks_);
   objects_ = std::make_unique<sync::ObjectService>(*comm_, *platform_);
@@ -241,6 +242,7 @@ nlohmann::json Runtime::dsm_json() const {
   j["home_offers_declined"] = v(c.offers_declined);
   j["home_redirects_sent"] = v(c.redirects_sent);
   j["home_redirects_followed"] = v(c.redirects_followed);
+  j["write_hints"] = v(c.write_hints);
   j["diffs_forwarded"] = v(c.diffs_forwarded);
   j["pushes_sent"] = v(c.pushes_sent);
   j["pushes_installed"] = v(c.pushes_installed);

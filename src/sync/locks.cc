@@ -33,12 +33,14 @@ uint64_t new_sync_id(uint64_t tag, comm::NodeId me) {
   return tag | (static_cast<uint64_t>(me) << 32) | n;
 }
 
-LockService::LockService(comm::Comm& comm, protocols::Consistency& consistency, uint32_t fairness)
+LockService::LockService(comm::Comm& comm, protocols::Consistency& consistency, uint32_t fairness,
+                         bool lazy)
     : comm_(comm),
       consistency_(consistency),
       me_(comm.rank()),
       nodes_(comm.size()),
-      fairness_(fairness) {
+      fairness_(fairness),
+      lazy_(lazy) {
   consistency_.add_release_listener([this](bool on_dispatcher) { on_released(on_dispatcher); });
 }
 
@@ -166,7 +168,7 @@ bool LockService::try_lock(uint64_t id) {
 void LockService::unlock(uint64_t id) {
   // The lock's writes must reach whoever takes it next. A thread of this node shares them
   // already; another node needs them released, which happens when the token leaves.
-  const bool eager = consistency_.must_release_now(protocols::ReleaseKind::kLock);
+  const bool eager = !lazy_ || consistency_.must_release_now(protocols::ReleaseKind::kLock);
   if (eager) consistency_.release(protocols::ReleaseKind::kLock);
   Waiter* next = nullptr;
   Grant grant;

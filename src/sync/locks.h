@@ -60,7 +60,9 @@ struct LockCounters {
 
 class LockService {
  public:
-  LockService(comm::Comm& comm, protocols::Consistency& consistency, uint32_t fairness);
+  // `lazy`: release when the token leaves the node (above); false: at every unlock.
+  LockService(comm::Comm& comm, protocols::Consistency& consistency, uint32_t fairness,
+              bool lazy = true);
   ~LockService();
   LockService(const LockService&) = delete;
   LockService& operator=(const LockService&) = delete;
@@ -121,6 +123,7 @@ class LockService {
   const comm::NodeId me_;
   const uint32_t nodes_;
   const uint32_t fairness_;
+  const bool lazy_;
   LockCounters counters_;
 
   Mutex mu_;

@@ -29,6 +29,21 @@ void learn_home(PageEntry& e, uint32_t home, uint32_t moves) {
 
 int64_t now() { return comm::now_ns(); }
 
+// At the home: node `n` gets a copy of the page.
+void note_reader(PageEntry& e, uint32_t n) {
+  if (e.many_readers || e.sole_reader == static_cast<int32_t>(n)) return;
+  if (e.sole_reader == memory::kHomeUnknown)
+    e.sole_reader = static_cast<int32_t>(n);
+  else
+    e.many_readers = true;
+}
+
+// At the home: whether a node other than `n` may hold a copy.
+bool others_may_hold(const PageEntry& e, uint32_t n) {
+  return e.many_readers ||
+         (e.sole_reader != memory::kHomeUnknown && e.sole_reader != static_cast<int32_t>(n));
+}
+
 // A page reply with no data stands for a page of zeros: the home had never used the page, and
 // neither side needs to materialize it to send or receive it.
 const std::byte kZeroPage[kPageBytes] = {};
@@ -380,9 +395,13 @@ bool Hlrc::fetch(PageId page, bool is_write) {
     MutexLock l(table_.lock_of(page));
     if (rep.kind == kReplyMoved) {
       // The home moved: ask the node it moved to. Each redirect is to a later home, so this
-      // ends at the current one.
+      // ends at the current one. The redirect may also be older than what this node learned
+      // while the request travelled (a hint, or another thread's redirect, told it of a later
+      // move, possibly back to the node it asked): then it asks the home it knows now.
+      const uint32_t known_moves = e.home_moves;
       learn_home(e, rep.home, rep.moves);
-      LOOM_CHECK(e.home != home && e.home != static_cast<int32_t>(me_),
+      LOOM_CHECK(e.home != static_cast<int32_t>(me_) &&
+                     (e.home != home || known_moves > rep.moves),
                  "node {} redirected a request for page {} to node {} (move {}): {}", home, page,
                  rep.home, rep.moves, dump_page(page));
       counters_.redirects_followed.fetch_add(1, std::memory_order_relaxed);
@@ -478,12 +497,19 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
     // Write-protect first: a local thread writing meanwhile now faults and waits for the
     // stripe, so the diff below sees every write of this interval and none of the next.
     std::vector<PageId> open;
-    for (PageId p : batch)
-      if (table_.at(p).prot == Prot::kReadWrite) open.push_back(p);
+    for (PageId p : batch) {
+      const PageEntry& e = table_.at(p);
+      if (e.prot == Prot::kReadWrite && e.state != st(PageState::kHomePrivate)) open.push_back(p);
+    }
     protect_ranges(open, Prot::kRead);
     for (PageId p : batch) {
       PageEntry& e = table_.at(p);
       e.in_dirty_list = false;
+      if (e.home == static_cast<int32_t>(me_) && e.state == st(PageState::kHomePrivate)) {
+        // It became private while listed (home migration, on_home_offer): no other node holds a
+        // copy, so its writes need no notice.
+        continue;
+      }
       if (e.home == static_cast<int32_t>(me_)) {
         e.version.raise(me_, interval);
         if (e.prot == Prot::kReadWrite) e.prot = Prot::kRead;
@@ -510,7 +536,13 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
       w.u32(0);  // length, patched below
       size_t n = memory::diff_create(e.twin.get(), space_.sys_page(p), &b.bytes);
       e.twin.reset();
-      if (n == 0) {
+      if (n == 0 && opts_.migrate_after > 0) {
+        // Written, but nothing changed (SOR's zeros written as zeros): an empty entry still tells
+        // the home who writes the page, so that its home can follow the writer (a hint: it
+        // applies nothing and is not part of the writer's chain of diffs).
+        ++b.count;
+        counters_.write_hints.fetch_add(1, std::memory_order_relaxed);
+      } else if (n == 0) {
         b.bytes.resize(at);
       } else {
         w.patch_u32(at + 12, static_cast<uint32_t>(n));
@@ -1028,12 +1060,18 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
         space_.protect(page, 1, e.prot);
       }
     }
+    note_reader(e, in.src());
     // A reader: it gets the page with the barriers after the home writes it (until it declines).
     if (opts_.push_pages > 0) {
       auto at = std::lower_bound(e.copyset.begin(), e.copyset.end(), in.src());
       if (at == e.copyset.end() || *at != in.src()) e.copyset.insert(at, in.src());
     }
-    if (!e.version.covers(need) && opts_.mutant != Options::Mutant::kNoVersionWait) {
+    // note: while the page is offered, a request waits for the answer: the offer told the new
+    // home which nodes hold copies, and it keeps the page private if none does (a copy served
+    // now would be one it does not know of). Taken: the request is redirected there; declined:
+    // answered here.
+    if ((!e.version.covers(need) && opts_.mutant != Options::Mutant::kNoVersionWait) ||
+        e.state == st(PageState::kHomeMoving)) {
       counters_.requests_held.fetch_add(1, std::memory_order_relaxed);
       MutexLock h(held_mu_);
       held_requests_[page].push_back({in.reply_to(), std::move(need)});
@@ -1137,9 +1175,13 @@ Status Hlrc::take_diff(PageId page, uint32_t writer, uint32_t interval, uint32_t
   if (e.home != static_cast<int32_t>(me_)) {
     if (e.home_moves == 0)
       return Status::malformed(fmt::format("diff for page {} whose home is node {}", page, e.home));
-    // The home moved away: pass the diff on, and tell its writer where the home is now.
-    add_forward((*forward)[static_cast<comm::NodeId>(e.home)], page, writer, interval, prev, diff);
-    counters_.diffs_forwarded.fetch_add(1, std::memory_order_relaxed);
+    // The home moved away: pass the diff on (a write hint is dropped), and tell its writer where
+    // the home is now.
+    if (!diff.empty()) {
+      add_forward((*forward)[static_cast<comm::NodeId>(e.home)], page, writer, interval, prev,
+                  diff);
+      counters_.diffs_forwarded.fetch_add(1, std::memory_order_relaxed);
+    }
     if (writer != me_) {
       EntryBatch& h = (*hints)[writer];
       ByteWriter w(&h.bytes);
@@ -1150,7 +1192,17 @@ Status Hlrc::take_diff(PageId page, uint32_t writer, uint32_t interval, uint32_t
     }
     return Status::ok();
   }
-  apply_diff_locked(page, e, writer, interval, prev, diff, ready);
+  if (diff.empty()) {
+    // A write hint (release_locked): the writer wrote the page but changed nothing.
+    if (e.streak_writer == static_cast<int32_t>(writer)) {
+      ++e.streak;
+    } else {
+      e.streak_writer = static_cast<int32_t>(writer);
+      e.streak = 1;
+    }
+  } else {
+    apply_diff_locked(page, e, writer, interval, prev, diff, ready);
+  }
   maybe_offer_locked(page, e, out);
   return Status::ok();
 }
@@ -1286,6 +1338,9 @@ void Hlrc::maybe_offer_locked(PageId page, PageEntry& e, std::vector<Outgoing>* 
   ByteWriter w(&payload);
   w.u64(page);
   w.u32(e.home_moves + 1);
+  // Whether a node other than the new home may hold a copy (this node drops its own if the offer
+  // is taken): if none does, the page is private at its new home.
+  w.u32(others_may_hold(e, to) ? 1 : 0);
   write_version(w, e.version);
   w.bytes({space_.sys_page(page), kPageBytes});
   out->push_back({to, msg::kHomeOffer, std::move(payload)});
@@ -1296,11 +1351,12 @@ void Hlrc::maybe_offer_locked(PageId page, PageEntry& e, std::vector<Outgoing>* 
 Status Hlrc::on_home_offer(comm::Incoming& in) {
   ByteReader r(in.payload());
   uint64_t page;
-  uint32_t moves;
+  uint32_t moves, shared;
   VersionVec version;
   std::span<const std::byte> data;
   if (!r.u64(&page) || page >= space_.heap_pages() || !r.u32(&moves) || moves == 0 ||
-      !read_version(r, nodes_, &version).is_ok() || !r.bytes(kPageBytes, &data) || r.left() != 0)
+      !r.u32(&shared) || shared > 1 || !read_version(r, nodes_, &version).is_ok() ||
+      !r.bytes(kPageBytes, &data) || r.left() != 0)
     return Status::malformed(fmt::format("home offer of page {}: bad payload", page));
   PageEntry& e = table_.at(page);
   HomeAnswer answer{page, moves, 0};
@@ -1339,12 +1395,18 @@ Status Hlrc::on_home_offer(comm::Incoming& in) {
       e.home = static_cast<int32_t>(me_);
       e.home_moves = moves;
       e.version = std::move(version);
-      e.state = st(PageState::kHomeShared);
       e.streak_writer = memory::kHomeUnknown;
       e.streak = 0;
+      e.sole_reader = memory::kHomeUnknown;
+      e.many_readers = shared != 0;  // the old home's readers may still hold copies
+      // No other node holds a copy: private, as a home page nobody fetched (its writes need no
+      // detection and no notices until a node fetches it). Local writes listed in the dirty
+      // list stay there; the release skips private pages.
+      e.state = st(shared != 0 ? PageState::kHomeShared : PageState::kHomePrivate);
       // note: a copy that lacks announced writes waits for them as a home does (fault_home).
-      Prot prot =
-          e.in_dirty_list ? Prot::kReadWrite : (e.prot == Prot::kNone ? e.prot : Prot::kRead);
+      Prot prot = shared == 0 || e.in_dirty_list
+                      ? Prot::kReadWrite
+                      : (e.prot == Prot::kNone ? e.prot : Prot::kRead);
       if (!e.version.covers(e.required)) prot = Prot::kNone;
       e.prot = prot;
       space_.protect(page, 1, e.prot);

@@ -90,7 +90,9 @@ struct Counters {
       fetch_wait_ns{0},  // of which waiting for page replies (request + transfer)
       // barrier pushes: pages sent as a home, installed, used (first access), declined (unused
       // by the next barrier), dropped (arrived too old, or for a copy with local writes)
-      pushes_sent{0}, pushes_installed{0}, pushes_used{0}, pushes_declined{0}, pushes_dropped{0};
+      pushes_sent{0}, pushes_installed{0}, pushes_used{0}, pushes_declined{0}, pushes_dropped{0},
+      // home migration: empty diffs sent to tell a home who writes its page
+      write_hints{0};
 };
 
 class Hlrc final : public Protocol, public Consistency {
