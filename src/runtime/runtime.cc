@@ -180,6 +180,7 @@ void Runtime::start_memory() {
   hopts.migrate_after = static_cast<uint32_t>(config_.get_int("HOME_MIGRATION"));
   hopts.push_pages = static_cast<uint32_t>(config_.get_int("PUSH_PAGES"));
   hopts.fetch_ahead = static_cast<uint32_t>(config_.get_int("FETCH_AHEAD"));
+  hopts.causal_fetch = config_.get_bool("CAUSAL_FETCH");
   hlrc_ = std::make_unique<protocols::hlrc::Hlrc>(*comm_, *space_, *table_, *heap_, hopts);
   platform_ = std::make_unique<protocols::Platform>(*space_, *table_, *heap_, *hlrc_);
   platform_->add(hlrc_.get(), nullptr);
@@ -245,6 +246,7 @@ nlohmann::json Runtime::dsm_json() const {
   j["home_redirects_followed"] = v(c.redirects_followed);
   j["write_hints"] = v(c.write_hints);
   j["pages_ahead"] = v(c.pages_ahead);
+  j["causal_fetches"] = v(c.causal_fetches);
   j["pages_sent_ahead"] = v(c.pages_sent_ahead);
   j["diffs_forwarded"] = v(c.diffs_forwarded);
   j["pushes_sent"] = v(c.pushes_sent);

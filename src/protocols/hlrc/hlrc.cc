@@ -144,10 +144,23 @@ Status Hlrc::register_messages() {
       });
   if (!s) return s;
   s = reg.add(msg::kVtQuery, "hlrc.vt_query", [this](comm::Incoming& in) -> Status {
-    if (!in.payload().empty()) return Status::malformed("vector time query with a payload");
+    // Empty: a notice collection asks for this node's vector time. With the asker's vector time:
+    // a causal fetch (fetch()) asks for the records it lacks as well.
     std::vector<std::byte> out;
     ByteWriter w(&out);
-    write_vt(w, vector_time());
+    if (in.payload().empty()) {
+      write_vt(w, vector_time());
+    } else {
+      ByteReader r(in.payload());
+      Result<VectorTime> theirs = read_vt(r, nodes_);
+      if (!theirs) return theirs.status();
+      if (r.left() != 0) return Status::malformed("vector time query: trailing bytes");
+      MutexLock l(notices_mu_);
+      write_vt(w, store_.known());
+      std::vector<const Record*> recs = store_.newer_than(*theirs);
+      write_records(w, recs);
+      counters_.notices_sent.fetch_add(recs.size(), std::memory_order_relaxed);
+    }
     return comm_.reply(in.reply_to(), out);
   });
   if (!s) return s;
@@ -417,6 +430,19 @@ bool Hlrc::fetch(PageId page, bool is_write) {
     PageReply rep;
     if (!parse_page_reply(r, nodes_, &rep))
       log::fatal(fmt::format("malformed page reply for page {} from node {}", page, home));
+    if (rep.kind != kReplyMoved && opts_.causal_fetch) {
+      // Causal fetch: the copy holds writes of intervals this node has no notice of (the home
+      // applied diffs released after this node's last acquire). A racy reader that follows a
+      // pointer it read here (BARNES's tree descent) must then see what the pointer's writer
+      // wrote before it: learn that writer's notices (everything it knows) and apply them, as
+      // an acquire from it would, before the copy is used.
+      std::vector<uint32_t> ahead = writers_ahead(rep.stamp);
+      if (!ahead.empty()) {
+        learn_notices(ahead);
+        counters_.causal_fetches.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (unapplied_.load(std::memory_order_acquire)) apply_unapplied();
+    }
     bool again = false;
     {
       MutexLock l(table_.lock_of(page));
@@ -727,6 +753,48 @@ std::vector<std::byte> Hlrc::page_request(PageId page, const VersionVec& need,
   return req;
 }
 
+std::vector<uint32_t> Hlrc::writers_ahead(const VersionVec& stamp, bool* unapplied) const {
+  std::vector<uint32_t> out;
+  MutexLock l(notices_mu_);
+  const VectorTime& known = store_.known();
+  for (const auto& [w, i] : stamp.entries()) {
+    if (w == me_ || w >= nodes_) continue;
+    if (i > known[w]) out.push_back(w);
+    if (i > applied_[w] && unapplied != nullptr) *unapplied = true;
+  }
+  return out;
+}
+
+bool Hlrc::ahead_of_applied(const VersionVec& stamp) const {
+  bool unapplied = false;
+  (void)writers_ahead(stamp, &unapplied);
+  return unapplied;
+}
+
+void Hlrc::learn_notices(const std::vector<uint32_t>& writers) {
+  std::vector<std::byte> payload;
+  ByteWriter w(&payload);
+  write_vt(w, vector_time());
+  std::vector<std::unique_ptr<comm::Comm::Request>> calls;
+  std::vector<uint32_t> asked;
+  for (uint32_t n : writers) {
+    auto call = std::make_unique<comm::Comm::Request>();
+    Status s = comm_.start_request(n, msg::kVtQuery, payload, call.get());
+    LOOM_CHECK(s.is_ok(), "asking node {} for its write notices: {}", n, s.to_string());
+    calls.push_back(std::move(call));
+    asked.push_back(n);
+  }
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const Status& got = comm_.wait(calls[k]->done);
+    LOOM_CHECK(got.is_ok(), "asking node {} for its write notices: {}", asked[k], got.to_string());
+    ByteReader r(calls[k]->reply.span());
+    Result<VectorTime> vt = read_vt(r, nodes_);
+    Status stored = vt ? store_notices(r) : vt.status();
+    LOOM_CHECK(stored.is_ok() && r.left() == 0, "write notices from node {}: {}", asked[k],
+               stored.is_ok() ? "trailing bytes" : stored.to_string());
+  }
+}
+
 std::vector<Hlrc::ExtraPage> Hlrc::claim_ahead(PageId page, int32_t home, uint32_t count) {
   std::vector<ExtraPage> out;
   const PageId end = std::min<PageId>(page + 1 + 2 * count, space_.heap_pages());
@@ -775,7 +843,8 @@ size_t Hlrc::install_extras(ByteReader& r, const std::vector<ExtraPage>& asked, 
     // since the claim, and the copy is as new as what is required now.
     if (it != got.end() && e.twin == nullptr &&
         (e.state == st(PageState::kInvalid) || e.state == st(PageState::kUnknown)) &&
-        it->second.stamp.covers(e.required)) {
+        it->second.stamp.covers(e.required) &&
+        !(opts_.causal_fetch && ahead_of_applied(it->second.stamp))) {
       const bool zero = it->second.kind == kReplyZero;
       if (!(zero && e.state == st(PageState::kUnknown)))
         std::memcpy(space_.sys_page(x.page), zero ? kZeroPage : it->second.data.data(), kPageBytes);
@@ -899,8 +968,9 @@ void Hlrc::install_prefetched(PageId page, const std::vector<ExtraPage>& extras,
     std::span<const std::byte> data = rep.data;
     // Use the copy only if nothing changed meanwhile: still invalid and clean, and at least as
     // new as everything now required. Otherwise the next fault fetches normally.
+    // note: nor a copy newer than this node's notices (causal fetch): the fault fetches it.
     if (parsed && e.state == st(PageState::kInvalid) && e.twin == nullptr &&
-        stamp.covers(e.required)) {
+        stamp.covers(e.required) && !(opts_.causal_fetch && ahead_of_applied(stamp))) {
       std::memcpy(space_.sys_page(page), data.data(), kPageBytes);
       e.version = std::move(stamp);
       e.state = st(PageState::kReadOnly);
@@ -1038,7 +1108,10 @@ bool Hlrc::install_copy_locked(PageId page, PageEntry& e, PushedCopy c) {
   const bool fits = e.home == static_cast<int32_t>(c.from) && e.twin == nullptr && !e.fetching &&
                     (e.state == st(PageState::kReadOnly) || e.state == st(PageState::kInvalid) ||
                      e.state == st(PageState::kPushed)) &&
-                    (c.version.covers(e.required) || opts_.mutant == Options::Mutant::kPushStale);
+                    (c.version.covers(e.required) || opts_.mutant == Options::Mutant::kPushStale) &&
+                    // note: known, not applied: pushes are installed by the acquire that
+                    // applies the barrier's notices (apply_records), before it counts them.
+                    !(opts_.causal_fetch && !writers_ahead(c.version).empty());
   if (!fits) {
     // A push this node cannot take (it writes the page too, or other writers' diffs had not
     // reached the home) is declined like an unused one, so its home stops sending it.

@@ -94,7 +94,9 @@ struct Counters {
       // home migration: empty diffs sent to tell a home who writes its page
       write_hints{0},
       // fetch-ahead and batched prefetch: extra pages installed here, and sent as a home
-      pages_ahead{0}, pages_sent_ahead{0};
+      pages_ahead{0}, pages_sent_ahead{0},
+      // causal fetch: fetches whose copy was newer than this node's notices
+      causal_fetches{0};
 };
 
 class Hlrc final : public Protocol, public Consistency {
@@ -116,6 +118,12 @@ class Hlrc final : public Protocol, public Consistency {
     // last barrier a copy of it with the release, at most this many pages per node and barrier
     // (docs/protocols/hlrc.md#barrier-pushes). 0: off.
     uint32_t push_pages = 16;
+    // Causal fetch: a fetched copy that holds writes this node has no notice of is used only once
+    // the node has learned (and applied) its writers' notices, so that a racy reader sees what
+    // a pointer's writer wrote before it (docs/protocols/hlrc.md#causal-fetch). Off by default:
+    // data-race-free programs do not need it, and pages written by several nodes between
+    // barriers (EP's rows) pay a round trip per fetch for it.
+    bool causal_fetch = false;
     // Fetch-ahead: a thread that faults on pages in ascending order gets up to this many of the
     // following pages with the same request (readahead, docs/protocols/hlrc.md#fetch-ahead).
     // 0: off.
@@ -246,6 +254,16 @@ class Hlrc final : public Protocol, public Consistency {
   // Marks the pages after `page` that this node would fetch from `home` as being fetched, and
   // returns them (at most `count`): invalid copies without local writes, of the same home.
   std::vector<ExtraPage> claim_ahead(memory::PageId page, int32_t home, uint32_t count);
+  // The writers whose intervals in `stamp` are newer than this node's notices of them; sets
+  // `*unapplied` if some interval is newer than what this node's acquires have applied.
+  std::vector<uint32_t> writers_ahead(const memory::VersionVec& stamp,
+                                      bool* unapplied = nullptr) const;
+  // A copy with this stamp would show writes whose notices this node has not applied: installed
+  // only by a fault's fetch, which applies them first (causal fetch).
+  bool ahead_of_applied(const memory::VersionVec& stamp) const;
+  // Asks each of `writers` for the records this node lacks (hlrc.vt_query with a vector time)
+  // and stores them. Application threads.
+  void learn_notices(const std::vector<uint32_t>& writers);
   // Installs the extra pages of a page reply (`r` after the first page's reply) that are still
   // wanted, and releases the claim on every page of `asked`. Returns how many it installed.
   size_t install_extras(ByteReader& r, const std::vector<ExtraPage>& asked, bool parsed);
