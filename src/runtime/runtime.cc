@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include "base/log.h"
@@ -19,6 +20,10 @@ namespace loom::runtime {
 namespace {
 
 std::unique_ptr<Runtime> g_runtime;
+// The runtime a stop signal reports on (the stop-signal thread is not ordered with init and
+// finalize): set once it runs, cleared before it is torn down.
+Mutex g_stop_mu;
+Runtime* g_stop_target GUARDED_BY(g_stop_mu) = nullptr;
 memory::AddressSpace::StaticSegment g_program_data;
 
 log::Level parse_level(const std::string& s) {
@@ -100,14 +105,25 @@ std::unique_ptr<Runtime> Runtime::start() {
   rt->server_->start();
   rt->comm_->start_monitoring();
   install_stop_signals([](int sig) {
-    if (g_runtime != nullptr) g_runtime->on_stop_signal(sig);
+    MutexLock l(g_stop_mu);
+    if (g_stop_target != nullptr) g_stop_target->on_stop_signal(sig);
   });
+  {
+    MutexLock l(g_stop_mu);
+    g_stop_target = raw;
+  }
   if (Status s = rt->bootstrap_->barrier(); !s)
     log::die(kExitJobFailed, "start-up barrier failed: " + s.to_string());
   return rt;
 }
 
-Runtime::~Runtime() { stop(); }
+Runtime::~Runtime() {
+  {
+    MutexLock l(g_stop_mu);
+    if (g_stop_target == this) g_stop_target = nullptr;
+  }
+  stop();
+}
 
 void Runtime::stop() {
   if (stopped_) return;
@@ -334,6 +350,8 @@ std::string Runtime::stats_json(std::string_view stopped_by) const {
 }
 
 void Runtime::report_stats(std::string_view stopped_by) {
+  // Once per node: a stop signal and a failure of the job may both come at the end.
+  if (stats_reported_.exchange(true)) return;
   if (config_.get_bool("STATS")) {
     std::string table = comm_->counters().format_table(comm_->registry());
     std::string dsm = dsm_table();
@@ -387,6 +405,18 @@ void Runtime::on_fatal(const Status& why) {
   }
   bootstrap_->abort_job(reason);
   std::fflush(stdout);
+  // The counters so far, marked partial: also when the job is being stopped (a launcher's
+  // SIGTERM reaches the nodes one after another, and this node may learn that a peer is gone
+  // before its own stop-signal thread runs).
+  // On a thread of its own, waited for at most a second: this thread may hold a lock the
+  // counters take.
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> reported = done->get_future();
+  std::thread([this, done, why = fmt::format("job failed: {}", reason)] {
+    report_stats(why);
+    done->set_value();
+  }).detach();
+  (void)reported.wait_for(std::chrono::seconds(1));
   log::die(kExitJobFailed, "stopping: the job failed");
 }
 
