@@ -8,7 +8,9 @@
 #                              which run in the release pass; and the loom-sim batch runs, label
 #                              "sim_batch" (they repeat the simulator code of the "sim" tests over
 #                              many programs, one thread at a time, ~4 min under ASan); and
-#                              the clang -Wthread-safety build
+#                              the clang -Wthread-safety build. In the sanitizer passes each
+#                              multi-process job (label mp) runs under one sanitizer: half of
+#                              them under ASan, the other half under TSan
 #   scripts/test.sh --quick    release build + every test only
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -29,6 +31,17 @@ digest_failures() {
       END { for (i = (n > 25 ? n - 25 : 0); i < n; i++) print buf[i % 25] }' \
       "$dir/Testing/Temporary/LastTest.log")
   done <"$failed"
+}
+
+# The tests of a sanitizer pass: every test but the labels left out above, except that each
+# multi-process job (label mp: real loomrun/mpirun jobs, most of a pass's time) runs under one of
+# the two sanitizers only: ctest's stride (-I START,,2) gives ASan the odd-numbered ones and TSan
+# the even-numbered ones.
+sanitizer_tests() {
+  local preset=$1 start=$2 dir=build-$1 skip='bench|slow|heavy|sim_batch'
+  ctest --preset "$preset" -j2 -LE "mp|$skip" || { status=1; digest_failures "$dir"; }
+  ctest --preset "$preset" -j2 -L mp -LE "$skip" -I "$start,,2" ||
+    { status=1; digest_failures "$dir"; }
 }
 
 step "layering check (docs/architecture.md)"
@@ -55,7 +68,7 @@ if ((quick == 0)); then
   cmake --preset asan >/dev/null && cmake --build --preset asan || exit 1
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
-    ctest --preset asan -j2 -LE 'bench|slow|heavy|sim_batch' || { status=1; digest_failures build-asan; }
+    sanitizer_tests asan 1
 
   step "ThreadSanitizer build and tests"
   cmake --preset tsan >/dev/null && cmake --build --preset tsan || exit 1
@@ -69,7 +82,7 @@ if ((quick == 0)); then
   # itself, never interrupting the allocator), but TSan cannot tell.
   UCX_MEM_MMAP_HOOK_MODE=none LOOM_REGION_BASE=0x4000000000 LOOM_REGION_SIZE=16G \
     TSAN_OPTIONS="halt_on_error=1 report_signal_unsafe=0 history_size=7 suppressions=$PWD/tests/tsan.supp" \
-    ctest --preset tsan -j2 -LE 'bench|slow|heavy|sim_batch' || { status=1; digest_failures build-tsan; }
+    sanitizer_tests tsan 2
 fi
 if [[ -n $digest ]]; then echo; echo "== the failed tests' output, again"; echo "$digest"; fi
 if ((status == 0)); then echo; echo "== all tests passed"; else echo; echo "== SOME TESTS FAILED"; fi
