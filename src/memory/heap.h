@@ -161,6 +161,9 @@ class Heap {
   // `asker`, appending the windows to `runs`.
   void grant_locked(PageId page, comm::NodeId asker, ProtocolId protocol,
                     std::vector<HomeRunWire>* runs) REQUIRES(mu_);
+  // The length to cut `asker`'s window ahead of `page` to, where first touches of the chunk
+  // alternate between nodes in runs (0: no cut).
+  uint64_t interleaved_run_locked(PageId page, comm::NodeId asker) const REQUIRES(mu_);
   // Appends the decided homes of `page`'s chunk known here (at most kMaxHomeRuns runs, those
   // nearest `page`).
   void collect_homes_locked(PageId page, std::vector<HomeRunWire>* runs) const REQUIRES(mu_);
@@ -204,7 +207,7 @@ class Heap {
   // Every node: cached chunk owners (-1 unknown).
   std::unique_ptr<std::atomic<int32_t>[]> owner_cache_;
 
-  // This node as owner of its chunks.
+  // This node as owner of its chunks, and (first-touch homes) as delegate and asker.
   Mutex mu_;
   // Free page runs (first page -> pages): never used, and freed by first-touch allocations.
   // why: a page's home and protocol must never change (other nodes cache them), so pages of a

@@ -20,6 +20,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
+#include <optional>
+#include <vector>
 
 #include "base/log.h"
 #include "memory/heap.h"
@@ -491,14 +494,61 @@ void Heap::grant_locked(PageId page, comm::NodeId asker, ProtocolId protocol,
   }
   a = std::max(a, lo);
   b = std::min(b, hi);
+  const uint64_t ahead = interleaved_run_locked(page, asker);
   // The undecided, undelegated pages next to `page` (decided itself by now) in that range.
   for (PageId next : {page - 1, page + 1}) {
     if (next < a || next >= b || homes_.find(next)) continue;  // (page - 1 of page 0 wraps)
-    const HomeRun g = homes_.gap_around(next, a, b);
+    HomeRun g = homes_.gap_around(next, a, b);
+    if (ahead != 0) {
+      if (next < page) continue;
+      g.end = std::min(g.end, next + ahead);
+    }
     homes_.assign(g.first, g.end, {HomeKind::kDelegated, protocol, static_cast<int32_t>(asker)});
     runs->push_back({g.first, static_cast<uint16_t>(g.end - g.first), kRunWindow, protocol,
                      static_cast<int32_t>(asker)});
   }
+}
+
+uint64_t Heap::interleaved_run_locked(PageId page, comm::NodeId asker) const {
+  // why: where nodes first-touch a chunk in alternating runs (RADIX's permutation writes its
+  // destination array in runs of about 32 pages per node and digit), a window reaching past the
+  // asker's run covers the other node's next run, which then costs an arbitration, and the run
+  // given back covers the asker's next one: a question per run for both. If the asker's
+  // previous pages are followed by another node's (or by pages nobody touched yet) before
+  // `page`, the window ahead
+  // is cut to the length of that previous run of the asker's, and what lies beyond stays with
+  // the owner: the other node's runs cost nothing when it is the owner, and one question each
+  // otherwise. Returns 0 (no cut) when there is no such pattern.
+  constexpr int kLookBehind = 8;  // runs of the home map looked at, below `page`
+  // note: up to a chunk back, so the pattern carries over into the next chunk of an allocation.
+  const std::vector<HomeRun> below =
+      homes_.runs_in(page > kChunkPages ? page - kChunkPages : 0, page);
+  auto mine = [asker](const HomeRun& k) {
+    return k.value.node == static_cast<int32_t>(asker) && k.value.kind != HomeKind::kWindow;
+  };
+  // The asker walks down through its own run (the page above is its): no pattern.
+  if (std::optional<HomeRun> up = homes_.find(page + 1); up && mine(*up)) return 0;
+  bool other = false;
+  int looked = 0;
+  PageId above = page;  // the first page of what was looked at so far
+  for (auto it = below.rbegin(); it != below.rend() && looked < kLookBehind; ++it, ++looked) {
+    // Pages between two runs have not been touched: the asker skipped them (another node's,
+    // which it has not reached yet).
+    if (it->end < above) other = true;
+    above = it->first;
+    if (!mine(*it)) {
+      if (it->value.kind != HomeKind::kHome) return 0;  // another node's window: no pattern
+      other = true;
+      continue;
+    }
+    if (!other) return 0;  // the asker continues its own run
+    // The asker's previous run: its decided and delegated pages, contiguous.
+    PageId first = it->first;
+    for (auto k = std::next(it); k != below.rend() && mine(*k) && k->end == first; ++k)
+      first = k->first;
+    return it->end - first;
+  }
+  return 0;
 }
 
 void Heap::on_arbitrated(uint64_t chunk, comm::NodeId delegate, Status s, comm::Buffer reply) {
