@@ -48,7 +48,7 @@ constexpr uint8_t kRunReturned = 2;  // (delegate's answer) untouched, given bac
 // At most this many decided runs in an answer: those nearest the page asked about.
 constexpr size_t kMaxHomeRuns = 128;
 
-struct PageMsg {
+struct HomeQueryMsg {
   uint64_t page;
 };
 
@@ -65,7 +65,7 @@ struct AnswerHeader {
 };
 static_assert(sizeof(AnswerHeader) == 32);
 
-std::vector<std::byte> encode(const AnswerHeader& h, const std::vector<HomeRunWire>& runs) {
+std::vector<std::byte> encode_answer(const AnswerHeader& h, const std::vector<HomeRunWire>& runs) {
   std::vector<std::byte> out(sizeof h + runs.size() * sizeof(HomeRunWire));
   std::memcpy(out.data(), &h, sizeof h);
   if (!runs.empty())
@@ -107,9 +107,9 @@ struct Heap::Outbox {
 
 Status Heap::register_home_messages() {
   comm::MessageRegistry& reg = comm_.registry();
-  Status s = reg.add_typed<PageMsg>(
+  Status s = reg.add_typed<HomeQueryMsg>(
       heap_msg::kHomeQuery, "heap.home_query",
-      [this](const PageMsg& m, comm::Incoming& in) -> Status {
+      [this](const HomeQueryMsg& m, comm::Incoming& in) -> Status {
         if (m.page >= space_.heap_pages())
           return Status::malformed("home query outside the heap region");
         Outbox out;
@@ -128,7 +128,7 @@ Status Heap::register_home_messages() {
         flush(out);
         return Status::ok();
       },
-      [](const PageMsg& m) { return fmt::format("page={}", m.page); });
+      [](const HomeQueryMsg& m) { return fmt::format("page={}", m.page); });
   if (!s) return s;
   return reg.add_typed<ArbitrateReq>(
       heap_msg::kHomeArbitrate, "heap.home_arbitrate",
@@ -265,7 +265,7 @@ Heap::Resolved Heap::resolve_first_touch(PageId page) {
 Heap::Resolved Heap::ask_owner(PageId page, int32_t owner) {
   if (owner < 0) return {kNotAllocated, kProtocolUnknown};
   home_queries_.fetch_add(1, std::memory_order_relaxed);
-  PageMsg m{page};
+  HomeQueryMsg m{page};
   Result<comm::Buffer> reply =
       comm_.call(static_cast<comm::NodeId>(owner), heap_msg::kHomeQuery, comm::as_bytes_of(m));
   LOOM_CHECK(reply.is_ok(), "home query for page {} to node {} failed: {}", page, owner,
@@ -467,7 +467,7 @@ void Heap::answer_home_locked(const Query& q, int32_t home, ProtocolId protocol,
     collect_homes_locked(q.page, &runs);
   }
   h.runs = static_cast<uint32_t>(runs.size());
-  out.replies.push_back({q.to, encode(h, runs)});
+  out.replies.push_back({q.to, encode_answer(h, runs)});
 }
 
 void Heap::grant_locked(PageId page, comm::NodeId asker, ProtocolId protocol,
@@ -669,7 +669,7 @@ Status Heap::arbitrate_locked(const ArbitrateReq& m, const comm::ReplyTo& to, Ou
   }
   collect_homes_locked(page, &runs);
   h.runs = static_cast<uint32_t>(runs.size());
-  out.replies.push_back({to, encode(h, runs)});
+  out.replies.push_back({to, encode_answer(h, runs)});
   return Status::ok();
 }
 
