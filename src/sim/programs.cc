@@ -550,16 +550,17 @@ Program random_program(uint64_t seed) {
   return pr;
 }
 
-// First touch at scale: node 0 allocates 1100 pages (two heap chunks) and node 1 forty; every
-// thread (3 nodes x 2) first-touches its own block of the large allocation, half of them from
-// the top down, and its own word of every 97th page (several nodes touch those at once); the
-// small allocation's pages are touched cyclically, page k by thread k % 6 (a window splits at
-// every page). After a barrier every thread reads its neighbour's words, and one thread per
-// node records the homes: each block's pages must be homed at their toucher's node, the small
-// allocation's at theirs, and every node must name the same home for every page (unless HLRC's
-// home migration is on: then homes move to their writers, and home_of follows them).
+// First touch at scale: node 0 allocates 300 pages across a heap chunk's boundary (after 900
+// pages it never touches) and node 1 forty; every thread (3 nodes x 2) first-touches its own
+// block of the large allocation, half of them from the top down, and its own word of every
+// 37th page (several nodes touch those at once); the small allocation's pages are touched
+// cyclically, page k by thread k % 6 (a window splits at every page). After a barrier every
+// thread reads its neighbour's words, and one thread per node records the homes: each block's
+// pages must be homed at their toucher's node, the small allocation's at theirs, and every node
+// must name the same home for every page (unless HLRC's home migration is on: then homes move
+// to their writers, and home_of follows them).
 Program first_touch() {
-  constexpr uint64_t kBig = 1100, kSmall = 40, kShared = 97;
+  constexpr uint64_t kBig = 300, kSmall = 40, kShared = 37, kFiller = 900;
   constexpr uint32_t kThreads = 6;
   Program pr{"first_touch", 3, 2, nullptr};
   pr.install = [](Simulation& sim, Checker& c) {
@@ -567,7 +568,10 @@ Program first_touch() {
     auto homes = std::make_shared<std::vector<std::vector<int>>>(3);
     for (uint32_t k = 0; k < kThreads; ++k) {
       sim.spawn(k / 2, [ad, homes, &c, k](Thread& t) {
-        if (k == 0) ad->a[0] = t.alloc(kBig * kPage);
+        if (k == 0) {
+          t.alloc(kFiller * kPage);
+          ad->a[0] = t.alloc(kBig * kPage);
+        }
         if (k == 2) ad->a[1] = t.alloc(kSmall * kPage);
         c.barrier(t, barrier_id(0), kThreads);
         const uint64_t big = ad->a[0], small = ad->a[1];
