@@ -87,6 +87,12 @@ struct PageEntry {
   // then (barrier pushes, docs/protocols/hlrc.md): the home's copy at its barrier arrival would
   // often lack the other writers' diffs. (The readers it is pushed to are its `copyset`.)
   bool remote_writes = false;
+  // HLRC at the home: which other nodes may hold a copy of the page, conservatively: none, one
+  // (`sole_reader`), or several (`many_readers`). Every node that got a copy from this home is
+  // counted (fetches, prefetches, pushes), and a home that moves hands this on, so that a new
+  // home whose page no other node holds can keep it private (no write detection).
+  int32_t sole_reader = kHomeUnknown;
+  bool many_readers = false;
 };
 
 class PageTable {

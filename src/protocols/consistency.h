@@ -9,6 +9,8 @@
 // including message handlers (they never block).
 #pragma once
 
+#include <functional>
+
 #include "protocols/hlrc/notices.h"
 
 namespace loom::protocols {
@@ -32,6 +34,31 @@ class Consistency {
   virtual ~Consistency() = default;
   // Ends this node's interval (makes its writes available to later acquirers).
   virtual void release(ReleaseKind kind) = 0;
+
+  // Releases when they matter (docs/protocols/hlrc.md, "Lazy releases"): the threads of a node
+  // share its memory, so a lock whose token stays on the node needs no release at its unlock.
+  // The lock service releases when the token leaves the node instead; these let it know when a
+  // release that covers an unlock has happened, and run one from a message handler.
+  //
+  // Releases are serialized per node; started() counts those that began, completed() those that
+  // ended. A release that begins after a write covers it once it ends: a write made when
+  // releases_started() was s is released once releases_completed() > s.
+  virtual uint64_t releases_started() const { return 0; }
+  virtual uint64_t releases_completed() const { return 0; }
+  // True if a release must run now, on the calling application thread: part of the release work
+  // cannot be left for a message handler (it may wait). Implementations without lazy releases
+  // always say true.
+  virtual bool must_release_now(ReleaseKind kind) const {
+    (void)kind;
+    return true;
+  }
+  // From a message handler (never waits): releases what a handler can (the pages whose release
+  // needs no waiting), if no release is in progress. False if one is: the release listeners run
+  // when it ends.
+  virtual bool try_release_from_handler() { return false; }
+  // `fn` runs after every release, on the thread that released (`on_dispatcher`: a message
+  // handler, which must not wait), with no lock of the protocols held. Before the node starts.
+  virtual void add_release_listener(std::function<void(bool on_dispatcher)> fn) { (void)fn; }
   // Brings this node's memory up to everything stored so far.
   virtual void acquire() = 0;
   virtual VectorTime vector_time() const = 0;

@@ -53,20 +53,52 @@ void Platform::release(ReleaseKind kind) {
   // note: HLRC (id 0) last. The others' releases finish their own work (eager invalidations)
   // before it returns; HLRC's closes the interval whose notices the next acquirer receives,
   // with the pages the notice-using protocols wrote in it.
-  bool work = false;
-  for (const Protocol* p : protocols_) work = work || p->has_release_work(kind);
-  MutexLock l(release_mu_);
-  // Nothing written here since the last release: the interval goes on. (Still through the
-  // mutex: a release running on another thread may have taken this thread's pages, and they
-  // must be announced before this release returns.)
-  if (!work) return;
-  comm::LoomWorkScope scope(&notices_.comm());  // the spin policy: not the application's work
-  for (size_t k = protocols_.size(); k-- > 1;) protocols_[k]->release();
-  const IntervalStamp next = notices_.next_interval();
-  std::vector<PageWrite> written;
+  {
+    MutexLock l(release_mu_);
+    const uint64_t seq = started_.load(std::memory_order_relaxed) + 1;
+    started_.store(seq, std::memory_order_release);
+    // note: looked at only once this release counts as started. A lazy unlock (locks.cc) that
+    // saw `seq - 1` started relies on this release to cover its writes; had we looked before,
+    // its writes could land between our look and our start, and neither would release them.
+    bool work = false;
+    for (const Protocol* p : protocols_) work = work || p->has_release_work(kind);
+    // Nothing written here since the last release: the interval goes on. (Still through the
+    // mutex: a release running on another thread may have taken this thread's pages, and they
+    // must be announced before this release returns.)
+    if (work) {
+      comm::LoomWorkScope scope(&notices_.comm());  // the spin policy: not the application's work
+      for (size_t k = protocols_.size(); k-- > 1;) protocols_[k]->release();
+      const IntervalStamp next = notices_.next_interval();
+      std::vector<PageWrite> written;
+      for (size_t k = 1; k < protocols_.size(); ++k)
+        protocols_[k]->close_interval(next, kind, &written);
+      notices_.release_interval(next, std::move(written));
+    }
+    completed_.store(seq, std::memory_order_release);
+  }
+  for (const auto& fn : listeners_) fn(/*on_dispatcher=*/false);
+}
+
+bool Platform::must_release_now(ReleaseKind kind) const {
   for (size_t k = 1; k < protocols_.size(); ++k)
-    protocols_[k]->close_interval(next, kind, &written);
-  notices_.release_interval(next, std::move(written));
+    if (protocols_[k]->has_release_work(kind)) return true;
+  return false;
+}
+
+bool Platform::try_release_from_handler() {
+  if (!release_mu_.try_lock()) return false;  // a release is running: its listeners follow it
+  {
+    const uint64_t seq = started_.load(std::memory_order_relaxed) + 1;
+    started_.store(seq, std::memory_order_release);
+    // note: HLRC's pages only. The lock service leaves a release for later only when no other
+    // protocol had release work at the unlock (must_release_now); what they wrote since then
+    // is not ordered before this release's acquirer, and waits for the next full release.
+    if (notices_.has_release_work(ReleaseKind::kLock)) notices_.release_from_handler();
+    completed_.store(seq, std::memory_order_release);
+  }
+  release_mu_.unlock();
+  for (const auto& fn : listeners_) fn(/*on_dispatcher=*/true);
+  return true;
 }
 
 void Platform::acquire() {

@@ -11,6 +11,8 @@
 // Thread safety: as Protocol and Consistency; add() only before the node starts.
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +49,17 @@ class Platform final : public memory::FaultTarget, public Consistency {
 
   // Consistency.
   void release(ReleaseKind kind) override;
+  uint64_t releases_started() const override { return started_.load(std::memory_order_acquire); }
+  uint64_t releases_completed() const override {
+    return completed_.load(std::memory_order_acquire);
+  }
+  // Only HLRC's release work may be left for a handler (its diffs go out without waiting);
+  // every other protocol's releases now.
+  bool must_release_now(ReleaseKind kind) const override;
+  bool try_release_from_handler() override;
+  void add_release_listener(std::function<void(bool on_dispatcher)> fn) override {
+    listeners_.push_back(std::move(fn));
+  }
   void acquire() override;
   VectorTime vector_time() const override { return notices_.vector_time(); }
   void write_notices_between(const VectorTime& vt, const VectorTime& upto,
@@ -76,7 +89,10 @@ class Platform final : public memory::FaultTarget, public Consistency {
   memory::Heap& heap_;
   hlrc::Hlrc& notices_;
   Mutex release_mu_;  // one release at a time: intervals are per node
-  Mutex collect_mu_;  // one collection at a time
+  // Releases that began / ended (written under release_mu_).
+  std::atomic<uint64_t> started_{0}, completed_{0};
+  std::vector<std::function<void(bool)>> listeners_;  // set before the node starts
+  Mutex collect_mu_;                                  // one collection at a time
   mutable Mutex validated_mu_;
   VectorTime validated_ GUARDED_BY(validated_mu_);  // every copy covered these notices
   std::vector<Protocol*> protocols_;

@@ -7,6 +7,7 @@
 // Thread safety: start()/stop() from one thread; accessors from any thread while running.
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "base/config.h"
@@ -89,6 +90,7 @@ class Runtime {
   std::unique_ptr<sync::ObjectService> objects_;
   int dumper_id_ = -1;
   bool stopped_ = false;
+  std::atomic<bool> stats_reported_{false};  // report_stats() ran (it runs once)
 };
 
 // Shares a program's own writable data [addr, addr+len) (page-aligned: its .data and .bss) as

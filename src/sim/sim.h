@@ -54,6 +54,7 @@ struct Options {
   // The protocol of allocations that name none (protocols/protocol.h).
   std::string protocol = "hlrc";
   uint32_t lock_fairness = 4;
+  bool lazy_release = true;  // LOOM_LAZY_RELEASE
   // Events kept for failure reports; print_trace prints every event as it happens (stderr).
   size_t trace_tail = 40;
   bool print_trace = false;

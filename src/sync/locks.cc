@@ -33,12 +33,16 @@ uint64_t new_sync_id(uint64_t tag, comm::NodeId me) {
   return tag | (static_cast<uint64_t>(me) << 32) | n;
 }
 
-LockService::LockService(comm::Comm& comm, protocols::Consistency& consistency, uint32_t fairness)
+LockService::LockService(comm::Comm& comm, protocols::Consistency& consistency, uint32_t fairness,
+                         bool lazy)
     : comm_(comm),
       consistency_(consistency),
       me_(comm.rank()),
       nodes_(comm.size()),
-      fairness_(fairness) {}
+      fairness_(fairness),
+      lazy_(lazy) {
+  consistency_.add_release_listener([this](bool on_dispatcher) { on_released(on_dispatcher); });
+}
 
 LockService::~LockService() = default;
 
@@ -162,12 +166,13 @@ bool LockService::try_lock(uint64_t id) {
 }
 
 void LockService::unlock(uint64_t id) {
-  // Every unlock is a release: this node's writes go to their homes and its interval ends, so
-  // whoever takes the lock next (here or elsewhere) can see them.
-  consistency_.release(protocols::ReleaseKind::kLock);
+  // The lock's writes must reach whoever takes it next. A thread of this node shares them
+  // already; another node needs them released, which happens when the token leaves.
+  const bool eager = !lazy_ || consistency_.must_release_now(protocols::ReleaseKind::kLock);
+  if (eager) consistency_.release(protocols::ReleaseKind::kLock);
   Waiter* next = nullptr;
   Grant grant;
-  bool ask = false;
+  bool ask = false, leaving = false;
   {
     MutexLock l(mu_);
     auto it = locks_.find(id);
@@ -179,6 +184,9 @@ void LockService::unlock(uint64_t id) {
       next = nl.waiters.front();
       nl.waiters.pop_front();
       counters_.local_handoffs.fetch_add(1, std::memory_order_relaxed);
+      if (!eager) mark_unreleased(nl);
+    } else if (nl.has_successor && !eager) {
+      leaving = true;  // still held, so nothing else grants it: release first, below
     } else if (nl.has_successor) {
       nl.held = false;
       grant = make_grant(id, nl);
@@ -188,11 +196,69 @@ void LockService::unlock(uint64_t id) {
       }
     } else {
       nl.held = false;
+      if (!eager) mark_unreleased(nl);
     }
   }
   if (next != nullptr) complete(next);
+  if (leaving) {
+    consistency_.release(protocols::ReleaseKind::kLock);
+    MutexLock l(mu_);
+    NodeLock& nl = locks_.at(id);
+    nl.held = false;
+    grant = make_grant(id, nl);
+    if (!nl.waiters.empty()) {
+      nl.requested = true;
+      ask = true;
+    }
+  }
   if (grant.to != comm::kNoNode) send_grant(std::move(grant));
   if (ask) send_request(id);
+}
+
+void LockService::mark_unreleased(NodeLock& nl) {
+  // note: read after this thread's writes under the lock; a release that starts later covers
+  // them (releases_started() counts one still running, which may not).
+  nl.unreleased = true;
+  nl.release_needed = consistency_.releases_started() + 1;
+  counters_.lazy_unlocks.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool LockService::released(const NodeLock& nl) const {
+  return !nl.unreleased || consistency_.releases_completed() >= nl.release_needed;
+}
+
+void LockService::on_released(bool on_dispatcher) {
+  std::vector<Grant> grants;
+  bool again = false;
+  {
+    MutexLock l(mu_);
+    if (deferred_.empty()) return;
+    std::vector<uint64_t> keep;
+    for (uint64_t id : deferred_) {
+      auto it = locks_.find(id);
+      if (it == locks_.end()) continue;
+      NodeLock& nl = it->second;
+      // A thread of this node took the lock meanwhile: its unlock grants it.
+      if (!nl.token || nl.held || !nl.waiters.empty() || !nl.has_successor) continue;
+      if (!released(nl)) {
+        keep.push_back(id);
+        again = true;
+        continue;
+      }
+      counters_.deferred_grants.fetch_add(1, std::memory_order_relaxed);
+      grants.push_back(make_grant(id, nl));
+    }
+    deferred_ = std::move(keep);
+  }
+  for (Grant& g : grants) send_grant(std::move(g));
+  // note: those left unlocked after the release that just ended began; the next one covers them
+  // (and its listener call grants them: at most one more round).
+  if (again) {
+    if (on_dispatcher)
+      (void)consistency_.try_release_from_handler();
+    else
+      consistency_.release(protocols::ReleaseKind::kLock);
+  }
 }
 
 LockService::Grant LockService::make_grant(uint64_t id, NodeLock& nl) {
@@ -202,6 +268,7 @@ LockService::Grant LockService::make_grant(uint64_t id, NodeLock& nl) {
   w.u64(id);
   consistency_.write_notices_for(nl.successor_vt, w);
   nl.token = false;
+  nl.unreleased = false;
   nl.streak = 0;
   nl.has_successor = false;
   nl.successor = comm::kNoNode;
@@ -256,6 +323,7 @@ void LockService::on_request(uint64_t id, comm::NodeId requester, VectorTime vt)
 
 void LockService::on_forward(uint64_t id, comm::NodeId requester, VectorTime vt) {
   Grant grant;
+  bool release = false;
   {
     MutexLock l(mu_);
     NodeLock& nl = node_lock(id);
@@ -264,10 +332,23 @@ void LockService::on_forward(uint64_t id, comm::NodeId requester, VectorTime vt)
     nl.has_successor = true;
     nl.successor = requester;
     nl.successor_vt = std::move(vt);
-    // Idle token here: hand it over now. Otherwise the unlock that frees it will.
-    if (nl.token && !nl.held && nl.waiters.empty()) grant = make_grant(id, nl);
+    // Idle token here: hand it over now, once what was written under it is released. Otherwise
+    // the unlock that frees it will.
+    if (nl.token && !nl.held && nl.waiters.empty()) {
+      if (released(nl)) {
+        grant = make_grant(id, nl);
+      } else {
+        deferred_.push_back(id);
+        release = true;
+      }
+    }
   }
   if (grant.to != comm::kNoNode) send_grant(std::move(grant));
+  // note: its listener call grants the deferred token; if a release is running on another
+  // thread, that release's listener call does (it began before this unlock? then it starts one
+  // more).
+  if (release && consistency_.try_release_from_handler())
+    counters_.handler_releases.fetch_add(1, std::memory_order_relaxed);
 }
 
 Status LockService::on_grant(comm::Incoming& in) {

@@ -6,7 +6,15 @@
 // node hands the token over when it is done. Each node therefore has at most one successor.
 // Threads of one node waiting for the lock are served before the token leaves, but only
 // LOCK_FAIRNESS times in a row while another node waits. The grant carries the write notices the
-// acquirer lacks (by its vector time); every unlock is a release (the node's interval ends).
+// acquirer lacks (by its vector time).
+//
+// Releases happen when they matter (docs/protocols/hlrc.md, "Lazy releases"): the threads of a
+// node share its memory, so an unlock that hands the lock to a thread of the same node, or leaves
+// the token idle here, does not release. The release happens when the token leaves the node: at
+// the unlock that grants it, or, for an idle token a request finds, in the handler (a release of
+// HLRC's pages, which needs no waiting) or, if a release is running then, right after it (the
+// release listener). An unlock releases at once only if some protocol's release work cannot
+// wait for a handler (Consistency::must_release_now).
 //
 // Messages (sync range): kLockRequest (node -> manager), kLockForward (manager -> tail),
 // kLockGrant (holder -> next). Formats in docs/protocols/hlrc.md.
@@ -18,6 +26,7 @@
 #include <cstdint>
 #include <deque>
 #include <unordered_map>
+#include <vector>
 
 #include "base/thread_annotations.h"
 #include "comm/comm.h"
@@ -44,12 +53,16 @@ comm::NodeId manager_of(uint64_t id, uint32_t nodes);
 
 struct LockCounters {
   std::atomic<uint64_t> local_acquires{0}, remote_acquires{0}, local_handoffs{0}, grants_sent{0},
-      wait_ns{0};
+      wait_ns{0}, lazy_unlocks{0},  // unlocks that did not release (the token stayed on the node)
+      handler_releases{0},          // grants of an idle token that released in the handler first
+      deferred_grants{0};           // grants that waited for a release running on another thread
 };
 
 class LockService {
  public:
-  LockService(comm::Comm& comm, protocols::Consistency& consistency, uint32_t fairness);
+  // `lazy`: release when the token leaves the node (above); false: at every unlock.
+  LockService(comm::Comm& comm, protocols::Consistency& consistency, uint32_t fairness,
+              bool lazy = true);
   ~LockService();
   LockService(const LockService&) = delete;
   LockService& operator=(const LockService&) = delete;
@@ -76,6 +89,11 @@ class LockService {
     bool has_successor = false;
     comm::NodeId successor = comm::kNoNode;
     protocols::VectorTime successor_vt;
+    // A thread of this node unlocked without releasing: the token may leave only once a release
+    // that started after that unlock has ended (Consistency::releases_completed() >=
+    // release_needed).
+    bool unreleased = false;
+    uint64_t release_needed = 0;
   };
   struct Grant {
     comm::NodeId to = comm::kNoNode;
@@ -92,6 +110,12 @@ class LockService {
   Status on_grant(comm::Incoming& in);
   Grant make_grant(uint64_t id, NodeLock& nl) REQUIRES(mu_);
   void send_grant(Grant g);
+  // An unlock that does not release: the next release covers its writes.
+  void mark_unreleased(NodeLock& nl) REQUIRES(mu_);
+  bool released(const NodeLock& nl) const REQUIRES(mu_);
+  // The release listener: grants the deferred tokens the release covered, and starts another
+  // release for those it did not (their unlock came after it began).
+  void on_released(bool on_dispatcher);
   void complete(Waiter* w);
 
   comm::Comm& comm_;
@@ -99,11 +123,14 @@ class LockService {
   const comm::NodeId me_;
   const uint32_t nodes_;
   const uint32_t fairness_;
+  const bool lazy_;
   LockCounters counters_;
 
   Mutex mu_;
   std::unordered_map<uint64_t, NodeLock> locks_ GUARDED_BY(mu_);
   std::unordered_map<uint64_t, comm::NodeId> tails_ GUARDED_BY(mu_);  // managed locks
+  // Idle tokens with a successor, waiting for a release (on_forward).
+  std::vector<uint64_t> deferred_ GUARDED_BY(mu_);
 };
 
 }  // namespace loom::sync

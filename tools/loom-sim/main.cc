@@ -74,7 +74,7 @@ int run_check(uint64_t count, uint64_t seed, uint64_t schedules,
         std::cerr << "loom-sim: " << r.message() << '\n'
                   << fmt::format(
                          "loom-sim: {} runs passed before this one; replay with: loom-sim "
-                         "--check 1 --seed {}{}{}{}{}{}{} --trace\n",
+                         "--check 1 --seed {}{}{}{}{}{}{}{} --trace\n",
                          i * schedules + j, s,
                          schedules > 1 ? fmt::format(" --schedules {}", j + 1) : "",
                          litmus_name ? " --litmus " + *litmus_name : "",
@@ -85,7 +85,9 @@ int run_check(uint64_t count, uint64_t seed, uint64_t schedules,
                          mutant.empty() ? "" : " --mutant " + mutant,
                          base.hlrc.push_pages == protocols::hlrc::Hlrc::Options().push_pages
                              ? ""
-                             : fmt::format(" --push-pages {}", base.hlrc.push_pages));
+                             : fmt::format(" --push-pages {}", base.hlrc.push_pages),
+                         std::string(base.lazy_release ? "" : " --lazy-release 0") +
+                             (base.hlrc.causal_fetch ? " --causal-fetch 1" : ""));
         exit_now(kExitViolation);
       }
       reads += st.reads;
@@ -251,6 +253,15 @@ int main(int argc, char** argv) {
   app.add_option("--push-pages", push_pages,
                  "Barrier pushes: pages per reader and barrier (LOOM_PUSH_PAGES; 0: off)")
       ->check(CLI::Range(0, 4096));
+  int lazy_release = 1;
+  int causal_fetch = protocols::hlrc::Hlrc::Options().causal_fetch ? 1 : 0;
+  app.add_option("--causal-fetch", causal_fetch,
+                 "hlrc: learn a fetched copy's writers' notices first (LOOM_CAUSAL_FETCH)")
+      ->check(CLI::Range(0, 1));
+  app.add_option("--lazy-release", lazy_release,
+                 "Locks release only when their token leaves the node (LOOM_LAZY_RELEASE; 0: at "
+                 "every unlock)")
+      ->check(CLI::Range(0, 1));
   app.add_option("--home-migration", home_migration,
                  "hlrc: diffs in a row from one node after which a home offers it the page "
                  "(LOOM_HOME_MIGRATION; 0: homes never move)")
@@ -291,6 +302,8 @@ int main(int argc, char** argv) {
   base.hlrc.prefetch = !no_prefetch;
   base.hlrc.migrate_after = home_migration;
   base.hlrc.push_pages = push_pages;
+  base.lazy_release = lazy_release != 0;
+  base.hlrc.causal_fetch = causal_fetch != 0;
   base.lrc_gc_bytes = lrc_gc_bytes;
   if (!mutant.empty()) {
     const MutantInfo* m = find_mutant(mutant);
