@@ -12,19 +12,6 @@ static_assert(loom::memory::kPageSize == loom::memory::kPageBytes,
 
 namespace loom::memory {
 
-// kHomeQuery reply. `record_pages` != 0 when the page belongs to a placed allocation, whose
-// record the asker may cache.
-struct Heap::HomeReply {
-  int32_t home;
-  uint8_t placement;
-  ProtocolId protocol;
-  uint8_t pad[2];
-  int32_t node;
-  uint32_t pad2;
-  uint64_t record_first;
-  uint64_t record_pages;
-};
-
 namespace {
 
 struct ChunkAllocReq {
@@ -86,28 +73,7 @@ Status Heap::register_messages() {
       },
       [](const PageMsg& m) { return fmt::format("chunk={}", m.page); });
   if (!s) return s;
-  s = reg.add_typed<PageMsg>(
-      heap_msg::kHomeQuery, "heap.home_query",
-      [this](const PageMsg& m, comm::Incoming& in) -> Status {
-        if (m.page >= space_.heap_pages())
-          return Status::malformed("home query outside the heap region");
-        HomeReply r{};
-        {
-          MutexLock l(mu_);
-          r.home = owner_home(m.page, in.src());
-          r.protocol = owner_protocol(m.page);
-          if (const Record* rec = find_record(m.page);
-              rec != nullptr && !rec->slab && rec->placement != Placement::kFirstTouch) {
-            r.placement = static_cast<uint8_t>(rec->placement);
-            r.node = rec->node;
-            r.record_first = rec->first;
-            r.record_pages = rec->pages;
-          }
-        }
-        // note: replying takes the transport's lock; never while holding mu_ (one lock order).
-        return comm_.reply(in.reply_to(), comm::as_bytes_of(r));
-      },
-      [](const PageMsg& m) { return fmt::format("page={}", m.page); });
+  s = register_home_messages();
   if (!s) return s;
   return reg.add_typed<AddrMsg>(
       heap_msg::kFree, "heap.free",
@@ -308,113 +274,17 @@ Status Heap::free_local(uintptr_t addr) {
       fmt::format("loom::free({:#x}): not the start of a live allocation", addr));
 }
 
-// --- Homes ----------------------------------------------------------------------------------
-
-int32_t Heap::home_in_record(const Record& r, PageId page) const {
-  uint64_t k = page - r.first;
-  switch (r.placement) {
-    case Placement::kBlock: {
-      uint64_t per = (r.pages + nodes_ - 1) / nodes_;
-      return static_cast<int32_t>(k / per);
-    }
-    case Placement::kCyclic:
-      return static_cast<int32_t>(k % nodes_);
-    case Placement::kNode:
-      return r.node;
-    case Placement::kFirstTouch:
-      break;
-  }
-  return kHomeUnknown;
-}
-
-const Heap::Record* Heap::find_record(PageId page) const {
-  auto it = records_.upper_bound(page);
-  if (it == records_.begin()) return nullptr;
-  --it;
-  const Record& r = it->second;
-  return page < r.first + r.pages ? &r : nullptr;
-}
-
-int32_t Heap::owner_home(PageId page, comm::NodeId requester) {
-  // note: a page whose home was decided keeps it, even after its allocation is freed.
-  if (auto it = first_touch_.find(page); it != first_touch_.end()) return it->second;
-  const Record* r = find_record(page);
-  if (r == nullptr) return kNotAllocated;
-  if (!r->slab && r->placement != Placement::kFirstTouch) return home_in_record(*r, page);
-  int32_t home = static_cast<int32_t>(requester);
-  first_touch_.emplace(page, home);
-  return home;
-}
-
-ProtocolId Heap::owner_protocol(PageId page) const {
-  const Record* r = find_record(page);
-  return r != nullptr ? r->protocol : default_protocol_;
-}
-
-Heap::Resolved Heap::resolve(PageId page) {
-  if (page >= space_.num_pages()) return {kNotAllocated, kProtocolUnknown};
-  {
-    PageEntry* e = table_.find(page);
-    if (e != nullptr) {
-      MutexLock l(table_.lock_of(page));
-      if (e->home != kHomeUnknown && e->protocol != kProtocolUnknown) return {e->home, e->protocol};
-    }
-  }
-  int32_t home = kNotAllocated;
-  ProtocolId protocol = default_protocol_;
-  if (space_.is_static(page)) {
-    home = 0;  // a program's own data is homed at node 0, under the default protocol
-  } else {
-    MutexLock l(remote_mu_);
-    auto it = remote_records_.upper_bound(page);
-    if (it != remote_records_.begin()) {
-      const Record& r = std::prev(it)->second;
-      if (page < r.first + r.pages) {
-        home = home_in_record(r, page);
-        protocol = r.protocol;
-      }
-    }
-  }
-  if (home == kNotAllocated) {
-    int32_t owner = chunk_owner(page / kChunkPages);
-    if (owner < 0) return {kNotAllocated, kProtocolUnknown};
-    if (owner == static_cast<int32_t>(me_)) {
-      MutexLock l(mu_);
-      home = owner_home(page, me_);
-      protocol = owner_protocol(page);
-    } else {
-      home_queries_.fetch_add(1, std::memory_order_relaxed);
-      PageMsg m{page};
-      Result<comm::Buffer> reply =
-          comm_.call(static_cast<comm::NodeId>(owner), heap_msg::kHomeQuery, comm::as_bytes_of(m));
-      LOOM_CHECK(reply.is_ok() && reply->size() == sizeof(HomeReply),
-                 "home query for page {} to node {} failed: {}", page, owner,
-                 reply.is_ok() ? "wrong reply size" : reply.status().to_string());
-      HomeReply r;
-      std::memcpy(&r, reply->data(), sizeof r);
-      home = r.home;
-      protocol = r.protocol;
-      if (r.record_pages != 0) {
-        MutexLock l(remote_mu_);
-        remote_records_[r.record_first] =
-            Record{r.record_first, r.record_pages, static_cast<Placement>(r.placement),
-                   r.node,         false,          r.protocol};
-      }
-    }
-  }
-  if (home == kNotAllocated) return {kNotAllocated, kProtocolUnknown};
-  LOOM_CHECK(home >= 0 && home < static_cast<int32_t>(nodes_), "page {} has home {} of {} nodes",
-             page, home, nodes_);
-  PageEntry& e = table_.at(page);
-  MutexLock l(table_.lock_of(page));
-  if (e.home == kHomeUnknown) e.home = home;
-  if (e.protocol == kProtocolUnknown) e.protocol = protocol;
-  return {e.home, e.protocol};
-}
-
 Heap::Stats Heap::stats() const {
-  return {allocs_.load(std::memory_order_relaxed), frees_.load(std::memory_order_relaxed),
-          chunks_.load(std::memory_order_relaxed), home_queries_.load(std::memory_order_relaxed)};
+  auto v = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  return {v(allocs_),
+          v(frees_),
+          v(chunks_),
+          v(home_queries_),
+          v(home_arbitrations_),
+          v(first_touches_),
+          v(first_touches_local_),
+          v(homes_cached_),
+          v(home_windows_)};
 }
 
 }  // namespace loom::memory

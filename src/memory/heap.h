@@ -7,35 +7,50 @@
 // "is this page allocated?" and "which node is its home?".
 //
 // Home placement is decided per allocation (include/loom/loom.hpp, Placement): block, cyclic and
-// on-node are computed from the allocation's record; first touch is arbitrated by the owner (the
-// first node to ask becomes the home). A page's home never changes once decided, also when the
-// page is freed and reused. Other nodes learn a page's home with one request to the owner and
-// cache it (for block/cyclic/on-node allocations they cache the whole record, so one request
-// covers the allocation).
+// on-node are computed from the allocation's record (other nodes cache the record, so one
+// request covers the allocation); first touch is arbitrated (the first node to touch a page
+// becomes its home). A page's home never changes once decided, also when the page is freed and
+// reused.
+//
+// First touch without a message per page (docs/memory.md): the owner arbitrates the pages of its
+// chunks, but when it gives an undecided page to a node it also *delegates* the undecided pages
+// around it (a window, within the chunk) to that node, which then decides its own first touches
+// there without asking. A question about a delegated page goes to the owner, which asks the
+// delegate to arbitrate (heap.home_arbitrate): the delegate answers with the homes it decided
+// and gives the untouched run around the page back, and the owner delegates that run to the
+// new home. Answers carry the homes decided in the page's chunk as runs, which the asker keeps
+// (homes_), so reading pages other nodes touched first costs a message per chunk, not per page.
 //
 // Sub-allocation: requests below 2 KiB come from size-class slabs (first-touch pages); larger
 // ones are runs of whole pages, first fit. Allocations with an explicit placement always get
 // their own pages. Fresh pages read as zero; reused memory is not cleared (as with malloc).
 //
-// Messages (memory range): kChunkAlloc, kChunkOwner, kHomeQuery (requests), kFree (one way);
-// docs/protocols/hlrc.md lists their formats.
+// Messages (memory range): kChunkAlloc, kChunkOwner, kHomeQuery, kHomeArbitrate (requests),
+// kFree (one way); docs/protocols/hlrc.md lists their formats.
 //
 // Thread safety: alloc/free/resolve_home from application threads (they may wait for a reply);
-// cached_home from any thread; handlers run on the server thread.
+// handlers run on the server thread and never wait: a question the owner cannot answer yet
+// (an arbitration of its chunk is on its way) or a delegate cannot answer yet (its window is in
+// an answer it has not installed) is kept and answered later, by whichever thread settles it.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/thread_annotations.h"
 #include "comm/comm.h"
+#include "comm/completion.h"
 #include "memory/frames.h"
+#include "memory/home_map.h"
 #include "memory/page_table.h"
 
 namespace loom::memory {
+
+struct HomeRunWire;  // a run of pages in a home answer (homes.cc)
 
 enum class Placement : uint8_t { kFirstTouch = 0, kBlock = 1, kCyclic = 2, kNode = 3 };
 
@@ -46,6 +61,7 @@ inline constexpr comm::MsgType kChunkAlloc = comm::msg_range::kMemory + 0;
 inline constexpr comm::MsgType kChunkOwner = comm::msg_range::kMemory + 1;
 inline constexpr comm::MsgType kHomeQuery = comm::msg_range::kMemory + 2;
 inline constexpr comm::MsgType kFree = comm::msg_range::kMemory + 3;
+inline constexpr comm::MsgType kHomeArbitrate = comm::msg_range::kMemory + 4;
 }  // namespace heap_msg
 
 class Heap {
@@ -84,7 +100,13 @@ class Heap {
   ProtocolId default_protocol() const { return default_protocol_; }
 
   struct Stats {
-    uint64_t allocs = 0, frees = 0, chunks = 0, home_queries = 0;
+    uint64_t allocs = 0, frees = 0, chunks = 0;
+    uint64_t home_queries = 0;         // heap.home_query requests sent (to chunk owners)
+    uint64_t home_arbitrations = 0;    // heap.home_arbitrate requests sent (as owner, to delegates)
+    uint64_t first_touches = 0;        // pages this node became the home of by touching them first
+    uint64_t first_touches_local = 0;  // of these, decided here without a message
+    uint64_t homes_cached = 0;         // homes found in the home map (no message)
+    uint64_t home_windows = 0;         // windows (runs of pages) delegated to this node
   };
   Stats stats() const;
 
@@ -97,13 +119,69 @@ class Heap {
     bool slab;  // pages of a small-object slab (first touch)
     ProtocolId protocol;
   };
-  struct HomeReply;
+  struct Answer;
+  struct Outbox;
+  struct LocalAnswer {  // a thread of the owner waiting for an arbitration of its question
+    comm::Completion done;
+    int32_t home = kNotAllocated;
+    ProtocolId protocol = kProtocolUnknown;
+  };
+  struct Query {  // a question about a page's home, at the page's chunk owner
+    PageId page = 0;
+    comm::NodeId asker = 0;
+    comm::ReplyTo to;              // a remote asker's request, or
+    LocalAnswer* local = nullptr;  // a thread of this node (asker == me_)
+  };
+  struct ArbitrateReq {  // heap.home_arbitrate request
+    uint64_t page;
+    int32_t asker;
+    uint32_t flags;  // kDecidedOnly: the page is in no live allocation; decide nothing
+  };
+  static constexpr uint32_t kDecidedOnly = 1;
+  struct DeferredArbitration {  // at a delegate that has not installed the window yet
+    comm::ReplyTo to;
+    ArbitrateReq req;
+  };
 
   int32_t home_in_record(const Record& r, PageId page) const;
-  // Owner side: home of `page` for `requester` (first-touch arbitration). REQUIRES(mu_).
-  int32_t owner_home(PageId page, comm::NodeId requester) REQUIRES(mu_);
-  // Owner side: the protocol of a page owner_home() found allocated. REQUIRES(mu_).
-  ProtocolId owner_protocol(PageId page) const REQUIRES(mu_);
+  static bool first_touch(const Record& r) {
+    return r.slab || r.placement == Placement::kFirstTouch;
+  }
+  // --- First-touch homes (homes.cc) ---
+  Status register_home_messages();
+  // Home of a page in no placed allocation: from the home map, or by a window, or asked.
+  Resolved resolve_first_touch(PageId page) EXCLUDES(mu_);
+  // Asks the chunk's owner (-1: none) and takes its answer in.
+  Resolved ask_owner(PageId page, int32_t owner) EXCLUDES(mu_);
+  // Owner side: answers `q` now (into `out`), or starts or joins an arbitration of its chunk.
+  void answer_locked(const Query& q, Outbox& out) REQUIRES(mu_);
+  void answer_home_locked(const Query& q, int32_t home, ProtocolId protocol, const Record* r,
+                          Outbox& out) REQUIRES(mu_);
+  // Owner side: delegates the undecided live first-touch pages next to `page` (in its chunk) to
+  // `asker`, appending the windows to `runs`.
+  void grant_locked(PageId page, comm::NodeId asker, ProtocolId protocol,
+                    std::vector<HomeRunWire>* runs) REQUIRES(mu_);
+  // The length to cut `asker`'s window ahead of `page` to, where first touches of the chunk
+  // alternate between nodes in runs (0: no cut).
+  uint64_t interleaved_run_locked(PageId page, comm::NodeId asker) const REQUIRES(mu_);
+  // Appends the decided homes of `page`'s chunk known here (at most kMaxHomeRuns runs, those
+  // nearest `page`).
+  void collect_homes_locked(PageId page, std::vector<HomeRunWire>* runs) const REQUIRES(mu_);
+  // Records that pages [first, end) have home `home` (checking it against what is known).
+  void set_home_locked(PageId first, PageId end, int32_t home, ProtocolId protocol, bool local)
+      REQUIRES(mu_);
+  // Asker side: takes in an owner's answer about `page`.
+  void install_locked(const Answer& a, PageId page, Outbox& out) REQUIRES(mu_);
+  // Delegate side: answers an arbitration, or keeps it until its window arrives.
+  Status arbitrate_locked(const ArbitrateReq& m, const comm::ReplyTo& to, Outbox& out)
+      REQUIRES(mu_);
+  // Owner side, on the dispatcher: a delegate's answer to an arbitration of `chunk`.
+  void on_arbitrated(uint64_t chunk, comm::NodeId delegate, Status s, comm::Buffer reply)
+      EXCLUDES(mu_);
+  // Sends what `out` holds: answers, local completions, arbitration requests.
+  void flush(Outbox& out) EXCLUDES(mu_);
+  Result<Answer> decode_answer(std::span<const std::byte> bytes, bool arbitration) const;
+
   const Record* find_record(PageId page) const REQUIRES(mu_);
   Result<PageId> alloc_pages(uint64_t pages, bool first_touch) EXCLUDES(mu_);
   static bool fit(std::map<PageId, uint64_t>& runs, uint64_t pages, PageId* out);
@@ -129,7 +207,7 @@ class Heap {
   // Every node: cached chunk owners (-1 unknown).
   std::unique_ptr<std::atomic<int32_t>[]> owner_cache_;
 
-  // This node as owner of its chunks.
+  // This node as owner of its chunks, and (first-touch homes) as delegate and asker.
   Mutex mu_;
   // Free page runs (first page -> pages): never used, and freed by first-touch allocations.
   // why: a page's home and protocol must never change (other nodes cache them), so pages of a
@@ -138,7 +216,18 @@ class Heap {
   std::map<PageId, uint64_t> fresh_runs_ GUARDED_BY(mu_);
   std::map<PageId, uint64_t> reuse_runs_ GUARDED_BY(mu_);
   std::map<PageId, Record> records_ GUARDED_BY(mu_);  // by first page
-  std::unordered_map<PageId, int32_t> first_touch_ GUARDED_BY(mu_);
+  // What this node knows of first-touch homes: decided homes (its own decisions and answers it
+  // received), its windows, and (as owner) the windows it delegated.
+  HomeMap homes_ GUARDED_BY(mu_);
+  // As owner: chunks with an arbitration on its way, and the questions about their delegated
+  // pages that wait for it (the first one started it).
+  std::unordered_map<uint64_t, std::vector<Query>> arbitrating_ GUARDED_BY(mu_);
+  // As delegate: arbitrations of pages whose window this node has not installed yet.
+  std::vector<DeferredArbitration> deferred_ GUARDED_BY(mu_);
+  // As asker: chunks a thread of this node is asking about; other threads wait for its answer
+  // (asked_) before they ask about the same chunk.
+  std::unordered_set<uint64_t> asking_ GUARDED_BY(mu_);
+  CondVar asked_;
   struct Slab {
     std::vector<uintptr_t> free;  // free objects of this class
   };
@@ -149,7 +238,8 @@ class Heap {
   Mutex remote_mu_;
   std::map<PageId, Record> remote_records_ GUARDED_BY(remote_mu_);
 
-  std::atomic<uint64_t> allocs_{0}, frees_{0}, chunks_{0}, home_queries_{0};
+  std::atomic<uint64_t> allocs_{0}, frees_{0}, chunks_{0}, home_queries_{0}, home_arbitrations_{0},
+      first_touches_{0}, first_touches_local_{0}, homes_cached_{0}, home_windows_{0};
 };
 
 }  // namespace loom::memory

@@ -297,6 +297,11 @@ nlohmann::json Runtime::dsm_json() const {
   j["frees"] = hs.frees;
   j["chunks_taken"] = hs.chunks;
   j["home_queries"] = hs.home_queries;
+  j["home_arbitrations"] = hs.home_arbitrations;
+  j["first_touches"] = hs.first_touches;
+  j["first_touches_local"] = hs.first_touches_local;
+  j["homes_cached"] = hs.homes_cached;
+  j["home_windows"] = hs.home_windows;
   auto ms = [](uint64_t ns) { return static_cast<double>(ns) / 1e6; };
   j["time_ms"] = {
       {"fault_handler", ms(v(c.fault_ns))},   {"fetch_wait", ms(v(c.fetch_wait_ns))},

@@ -582,10 +582,86 @@ Program random_program(uint64_t seed) {
   return pr;
 }
 
+// First touch at scale: node 0 allocates 300 pages across a heap chunk's boundary (after 900
+// pages it never touches) and node 1 forty; every thread (3 nodes x 2) first-touches its own
+// block of the large allocation, half of them from the top down, and its own word of every
+// 37th page (several nodes touch those at once); the small allocation's pages are touched
+// cyclically, page k by thread k % 6 (a window splits at every page). After a barrier every
+// thread reads its neighbour's words, and one thread per node records the homes: each block's
+// pages must be homed at their toucher's node, the small allocation's at theirs, and every node
+// must name the same home for every page (unless HLRC's home migration is on: then homes move
+// to their writers, and home_of follows them).
+Program first_touch() {
+  constexpr uint64_t kBig = 300, kSmall = 40, kShared = 37, kFiller = 900;
+  constexpr uint32_t kThreads = 6;
+  Program pr{"first_touch", 3, 2, nullptr};
+  pr.install = [](Simulation& sim, Checker& c) {
+    auto ad = std::make_shared<Addrs>(Addrs{{0, 0}});
+    auto homes = std::make_shared<std::vector<std::vector<int>>>(3);
+    for (uint32_t k = 0; k < kThreads; ++k) {
+      sim.spawn(k / 2, [ad, homes, &c, k](Thread& t) {
+        if (k == 0) {
+          t.alloc(kFiller * kPage);
+          ad->a[0] = t.alloc(kBig * kPage);
+        }
+        if (k == 2) ad->a[1] = t.alloc(kSmall * kPage);
+        c.barrier(t, barrier_id(0), kThreads);
+        const uint64_t big = ad->a[0], small = ad->a[1];
+        const uint64_t per = kBig / kThreads;
+        const uint64_t lo = k * per, hi = k + 1 == kThreads ? kBig : lo + per;
+        for (uint64_t i = 0; i < hi - lo; ++i) {
+          uint64_t page = k % 2 == 0 ? lo + i : hi - 1 - i;
+          if (page % kShared != 0) c.write(t, big + page * kPage + 8 * k, page * 8 + k);
+        }
+        for (uint64_t page = 0; page < kBig; page += kShared)
+          c.write(t, big + page * kPage + 8 * k, page * 8 + k);
+        for (uint64_t page = k; page < kSmall; page += kThreads)
+          c.write(t, small + page * kPage + 8 * k, page * 8 + k);
+        c.barrier(t, barrier_id(0), kThreads);
+        const uint32_t other = (k + 1) % kThreads;
+        for (uint64_t page = 0; page < kBig; page += 3) c.read(t, big + page * kPage + 8 * other);
+        for (uint64_t page = other; page < kSmall; page += kThreads)
+          c.read(t, small + page * kPage + 8 * other);
+        const bool fixed_homes = t.sim().options().hlrc.migrate_after == 0;
+        if (k % 2 == 0 && fixed_homes) {
+          std::vector<int>& mine = (*homes)[k / 2];
+          for (uint64_t page = 0; page < kBig; ++page) {
+            int h = t.home_of(big + page * kPage);
+            int want = page % kShared == 0 ? h : static_cast<int>(std::min(page / per, 5ul) / 2);
+            if (h != want)
+              t.sim().fail(Status::internal(fmt::format(
+                  "first_touch: page {} of the large allocation: node {} says home {}, its toucher "
+                  "is node {}",
+                  page, t.node(), h, want)));
+            mine.push_back(h);
+          }
+          for (uint64_t page = 0; page < kSmall; ++page) {
+            int h = t.home_of(small + page * kPage);
+            int want = static_cast<int>(page % kThreads / 2);
+            if (h != want)
+              t.sim().fail(Status::internal(fmt::format(
+                  "first_touch: page {} of the small allocation: node {} says home {}, its "
+                  "toucher is node {}",
+                  page, t.node(), h, want)));
+            mine.push_back(h);
+          }
+        }
+        c.barrier(t, barrier_id(0), kThreads);
+        if (k == 0)
+          for (uint32_t n = 1; n < 3; ++n)
+            if ((*homes)[n] != (*homes)[0])
+              t.sim().fail(Status::internal(
+                  fmt::format("first_touch: nodes 0 and {} disagree on a page's home", n)));
+      });
+    }
+  };
+  return pr;
+}
+
 const std::vector<std::string>& litmus_names() {
   static const std::vector<std::string> names = {
-      "mp_lock",       "sb_locks",        "iriw_barrier",      "write_after_invalidate",
-      "counter_chain", "counter_migrate", "counter_migrate_2n"};
+      "mp_lock",       "sb_locks",        "iriw_barrier",       "write_after_invalidate",
+      "counter_chain", "counter_migrate", "counter_migrate_2n", "first_touch"};
   return names;
 }
 
@@ -597,6 +673,7 @@ Program litmus(const std::string& name) {
   if (name == "counter_chain") return counter_chain();
   if (name == "counter_migrate_2n") return counter_migrate_2n();
   if (name == "counter_migrate") return counter_migrate();
+  if (name == "first_touch") return first_touch();
   log::fatal(fmt::format("no litmus test '{}'", name));
 }
 

@@ -472,6 +472,17 @@ void Thread::cond_signal(uint64_t cond, uint64_t* generation, bool all) {
                          all ? "broadcast" : "signal", cond, *generation));
 }
 
+void Thread::free(uint64_t addr) {
+  yield();
+  Status s = sim_->nodes_[self_->node]->heap->free(reinterpret_cast<void*>(addr));
+  if (!s) {
+    sim_->fail(Status(s.code(), fmt::format("{}: free({:#x}): {}", sim_->thread_name(*self_), addr,
+                                            s.message())));
+    coop_scheduler()->block_until([] { return false; }, "failed free");
+  }
+  sim_->note(fmt::format("{} free {:#x}", sim_->thread_name(*self_), addr));
+}
+
 uint64_t Thread::alloc(size_t bytes, memory::Placement placement, int node, const char* protocol) {
   yield();
   memory::ProtocolId pid = memory::kProtocolUnknown;
@@ -523,6 +534,10 @@ const hl::Counters& Simulation::hlrc_counters(uint32_t node) const {
 
 const sync::BarrierCounters& Simulation::barrier_counters(uint32_t node) const {
   return nodes_.at(node)->barriers->counters();
+}
+
+memory::Heap::Stats Simulation::heap_stats(uint32_t node) const {
+  return nodes_.at(node)->heap->stats();
 }
 
 }  // namespace loom::sim

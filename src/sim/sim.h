@@ -94,6 +94,8 @@ class Thread {
   // `protocol`: a registered protocol's name, or null for the simulation's default.
   uint64_t alloc(size_t bytes, memory::Placement placement = memory::Placement::kFirstTouch,
                  int node = -1, const char* protocol = nullptr);
+  // Frees an allocation (loom::free; on another node's memory, a message to its owner).
+  void free(uint64_t addr);
   void yield();
   // The home node of the page holding `addr` (loom::home_of). May ask the page's chunk owner.
   int home_of(uint64_t addr);
@@ -123,6 +125,7 @@ class Simulation {
 
   uint32_t nodes() const { return opts_.nodes; }
   uint64_t seed() const { return opts_.seed; }
+  const Options& options() const { return opts_; }
   uint64_t region_base() const;
 
   // Adds an application thread on `node`. Before run().
@@ -153,6 +156,8 @@ class Simulation {
   const protocols::hlrc::Counters& hlrc_counters(uint32_t node) const;
   // The barrier counters of one node.
   const sync::BarrierCounters& barrier_counters(uint32_t node) const;
+  // The heap counters of one node (allocations, home queries, first touches).
+  memory::Heap::Stats heap_stats(uint32_t node) const;
   // Condition waiters woken on registration because a signal had overtaken them (all nodes).
   uint64_t cond_overtaken() const;
 

@@ -5,6 +5,10 @@
 //   dsm_check sor T N ITERS        barrier-phased red-black SOR, bit-identical to sequential
 //   dsm_check prodcons T ITEMS     node 0 produces, the others consume, through a lock
 //   dsm_check placement T          every home placement policy, checked with home_of
+//   dsm_check firsttouch T MIB     node 0 allocates MIB MiB; each thread first-touches its own
+//                                  contiguous part, then reads every other node's part: every
+//                                  page is homed at its toucher (checked with home_of); the
+//                                  home queries this costs are checked by first_touch_homes.sh
 //   dsm_check samepage T           T threads of a node fault on one remote page at once: one
 //                                  fetch
 //   dsm_check lazy ROUNDS          unreleased writes survive an invalidation by another
@@ -722,6 +726,46 @@ int lazy(int rounds) {
               static_cast<unsigned long long>(merges));
   return 0;
 }
+// --- firsttouch -----------------------------------------------------------------------------
+
+// The shape of the SPLASH programs: node 0 allocates large arrays, every thread first-touches its
+// own partition (so its node becomes the partition's home), and after a barrier reads the other
+// nodes' partitions. First touch must place each page at its toucher; how many home queries the
+// placement costs is checked from --stats-json (first_touch_homes.sh).
+int firsttouch(int threads, uint64_t mib) {
+  const int N = nodes();
+  Header* h = shared_header(static_cast<uint32_t>(N * threads));
+  const uint64_t pages = mib * 1024 * 1024 / kPage;
+  auto* base = shared_from_node0<std::byte>(pages * kPage);
+  const uint64_t parts = static_cast<uint64_t>(N * threads);
+  auto part_of = [&](uint64_t page) { return std::min(page * parts / pages, parts - 1); };
+  auto word = [&](uint64_t page) { return reinterpret_cast<uint64_t*>(base + page * kPage); };
+  on_threads(threads, [&](int t) {
+    loom::barrier b = h->bar;
+    const uint64_t part = static_cast<uint64_t>(me() * threads + t);
+    b.wait();
+    for (uint64_t p = 0; p < pages; ++p)
+      if (part_of(p) == part) *word(p) = mix64(p);  // the first touch of page p
+    b.wait();
+    for (uint64_t p = 0; p < pages; ++p) {
+      if (part_of(p) / threads == static_cast<uint64_t>(me())) continue;
+      if (*word(p) != mix64(p))
+        fail(fmt::format("page {} reads {:#x}, its toucher wrote {:#x}", p, *word(p), mix64(p)));
+    }
+    for (uint64_t p = t; p < pages; p += threads) {
+      int want = static_cast<int>(part_of(p) / threads);
+      int got = loom::home_of(word(p));
+      check(got == want,
+            fmt::format("page {} is homed at node {}, its first toucher is node {}", p, got, want));
+    }
+    b.wait();
+  });
+  std::printf(
+      "ok: firsttouch node %d: %llu pages, %d threads per node, every page at its toucher\n", me(),
+      static_cast<unsigned long long>(pages), threads);
+  return 0;
+}
+
 // --- random data-race-free program ----------------------------------------------------------
 
 // K locks, each protecting NV shared variables spread over four arrays with different home
@@ -1222,6 +1266,8 @@ int main(int argc, char** argv) {
     rc = prodcons(static_cast<int>(arg(2, 1)), static_cast<uint64_t>(arg(3, 2000)));
   else if (mode == "placement")
     rc = placement(static_cast<int>(arg(2, 1)));
+  else if (mode == "firsttouch")
+    rc = firsttouch(static_cast<int>(arg(2, 1)), static_cast<uint64_t>(arg(3, 64)));
   else if (mode == "samepage")
     rc = samepage(static_cast<int>(arg(2, 4)));
   else if (mode == "lazy")

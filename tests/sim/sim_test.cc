@@ -56,6 +56,38 @@ TEST(SimTest, CountsMessagesOfARealProtocolRun) {
   EXPECT_TRUE(saw_page_request);
 }
 
+// First touch without a question per page (docs/memory.md): the first_touch litmus test checks
+// that every page is homed at its toucher and that all nodes agree; here, what it costs. Its
+// large allocation (300 pages in 6 blocks, some touched from the top down, and every 37th page
+// touched by all threads at once) costs a few questions per block and for the shared pages; its
+// small one (40 pages touched cyclically by the 6 threads, two pages per node in turn) a question
+// per run of pages. With a question per page and node it cost more than 340.
+TEST(SimTest, FirstTouchAsksFewQuestions) {
+  for (uint64_t seed : {1, 2, 3, 4}) {
+    Program p = litmus("first_touch");
+    Options o;
+    o.seed = seed;
+    o.nodes = p.nodes;
+    Simulation sim(o);
+    Checker c(sim, p.nodes * p.threads_per_node);
+    p.install(sim, c);
+    Status st = sim.run();
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    uint64_t questions = 0, touched = 0, local = 0;
+    for (uint32_t n = 0; n < p.nodes; ++n) {
+      memory::Heap::Stats h = sim.heap_stats(n);
+      questions += h.home_queries + h.home_arbitrations;
+      touched += h.first_touches;
+      local += h.first_touches_local;
+    }
+    std::printf("seed %llu: %llu questions for %llu first touches (%llu local)\n",
+                static_cast<unsigned long long>(seed), static_cast<unsigned long long>(questions),
+                static_cast<unsigned long long>(touched), static_cast<unsigned long long>(local));
+    EXPECT_EQ(touched, 340u) << "seed " << seed;
+    EXPECT_LE(questions, 80u) << "seed " << seed;
+  }
+}
+
 uint64_t scenario_messages(const std::string& name, uint32_t nodes, bool prefetch,
                            uint32_t push_pages = 0) {
   Options o;
@@ -348,6 +380,30 @@ TEST(SimDeathTest, ReportsAnAccessToUnallocatedMemory) {
                   [](Simulation& sim, Checker&) {
                     sim.spawn(0, [](Thread& t) { t.read(t.sim().region_base() + (64 << 20)); });
                     sim.spawn(1, [](Thread&) {});
+                  },
+                  2, "unallocated shared memory"),
+              testing::ExitedWithCode(0), "unallocated");
+}
+
+// A first-touch page in a node's window (delegated to it, docs/memory.md) that nobody touched
+// before its allocation was freed has no home: another node's access to it is an access to
+// unallocated memory, as before windows (its owner asks the delegate for a decided home only).
+TEST(SimDeathTest, AnUntouchedPageOfAFreedWindowIsUnallocated) {
+  EXPECT_EXIT(run_and_classify(
+                  [](Simulation& sim, Checker&) {
+                    auto a = std::make_shared<uint64_t>(0);
+                    sim.spawn(0, [a](Thread& t) {
+                      *a = t.alloc(8 * kPage);
+                      t.barrier(barrier_id(0), 2);
+                      t.barrier(barrier_id(0), 2);  // node 1 touched page 0: pages 1..7 its window
+                      t.free(*a);
+                      t.read(*a + 5 * kPage);
+                    });
+                    sim.spawn(1, [a](Thread& t) {
+                      t.barrier(barrier_id(0), 2);
+                      t.write(*a, 1);
+                      t.barrier(barrier_id(0), 2);
+                    });
                   },
                   2, "unallocated shared memory"),
               testing::ExitedWithCode(0), "unallocated");
