@@ -97,6 +97,16 @@ const ConfigRow kRows[] = {
      "hlrc: at a barrier, a home sends each node that reads a page it wrote a copy of the page "
      "with the release (barrier pushes), up to this many pages per node and barrier. 0: off.",
      "", 0, 4096},
+    {"CAUSAL_FETCH", ConfigType::kBool, "0",
+     "hlrc: a fetched copy that holds writes this node has no write notice of is used only after "
+     "the node has learned its writers' notices, so that programs that read racily (a tree "
+     "descent that follows pointers without locks) see what a pointer's writer wrote before it.",
+     ""},
+    {"FETCH_AHEAD", ConfigType::kInt, "8",
+     "hlrc: a thread that faults on pages in ascending order gets up to this many of the "
+     "following pages of the same home with the same request (readahead); an acquire's prefetches "
+     "go to each home in batches. 0: one page per request.",
+     "", 0, 15},
     {"HOME_MIGRATION", ConfigType::kInt, "0",
      "hlrc: a home that applies this many diffs in a row from one other node (no other write in "
      "between) offers that node the page's home. 0: homes never move. Experimental.",

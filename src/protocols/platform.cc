@@ -53,12 +53,15 @@ void Platform::release(ReleaseKind kind) {
   // note: HLRC (id 0) last. The others' releases finish their own work (eager invalidations)
   // before it returns; HLRC's closes the interval whose notices the next acquirer receives,
   // with the pages the notice-using protocols wrote in it.
-  bool work = false;
-  for (const Protocol* p : protocols_) work = work || p->has_release_work(kind);
   {
     MutexLock l(release_mu_);
     const uint64_t seq = started_.load(std::memory_order_relaxed) + 1;
     started_.store(seq, std::memory_order_release);
+    // note: looked at only once this release counts as started. A lazy unlock (locks.cc) that
+    // saw `seq - 1` started relies on this release to cover its writes; had we looked before,
+    // its writes could land between our look and our start, and neither would release them.
+    bool work = false;
+    for (const Protocol* p : protocols_) work = work || p->has_release_work(kind);
     // Nothing written here since the last release: the interval goes on. (Still through the
     // mutex: a release running on another thread may have taken this thread's pages, and they
     // must be announced before this release returns.)

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <thread>
 
 #include "base/log.h"
@@ -24,6 +25,10 @@ namespace {
 namespace boot = comm::boot;
 
 std::unique_ptr<Runtime> g_runtime;
+// The runtime a stop signal reports on (the stop-signal thread is not ordered with init and
+// finalize): set once it runs, cleared before it is torn down.
+Mutex g_stop_mu;
+Runtime* g_stop_target GUARDED_BY(g_stop_mu) = nullptr;
 memory::AddressSpace::StaticSegment g_program_data;
 FaultInject g_inject;
 // Set by the on_exit handler: the process is exiting with this status.
@@ -142,8 +147,13 @@ std::unique_ptr<Runtime> Runtime::start() {
   rt->server_->start();
   rt->comm_->start_monitoring();
   install_stop_signals([](int sig) {
-    if (g_runtime != nullptr) g_runtime->on_stop_signal(sig);
+    MutexLock l(g_stop_mu);
+    if (g_stop_target != nullptr) g_stop_target->on_stop_signal(sig);
   });
+  {
+    MutexLock l(g_stop_mu);
+    g_stop_target = raw;
+  }
   if (Status s = rt->bootstrap_->barrier(
           {boot::Step::kStartupLast, "the start-up barrier (set-up)", startup_ms, 0});
       !s)
@@ -159,6 +169,10 @@ void Runtime::process_exiting(int status) {
 }
 
 Runtime::~Runtime() {
+  {
+    MutexLock l(g_stop_mu);
+    if (g_stop_target == this) g_stop_target = nullptr;
+  }
   if (!stopped_ && g_exiting.load(std::memory_order_acquire)) {
     int status = g_exit_status.load(std::memory_order_relaxed);
     if (status != 0) {
@@ -344,6 +358,8 @@ void Runtime::start_memory() {
   hopts.prefetch = config_.get_bool("PREFETCH");
   hopts.migrate_after = static_cast<uint32_t>(config_.get_int("HOME_MIGRATION"));
   hopts.push_pages = static_cast<uint32_t>(config_.get_int("PUSH_PAGES"));
+  hopts.fetch_ahead = static_cast<uint32_t>(config_.get_int("FETCH_AHEAD"));
+  hopts.causal_fetch = config_.get_bool("CAUSAL_FETCH");
   hlrc_ = std::make_unique<protocols::hlrc::Hlrc>(*comm_, *space_, *table_, *heap_, hopts);
   platform_ = std::make_unique<protocols::Platform>(*space_, *table_, *heap_, *hlrc_);
   platform_->add(hlrc_.get(), nullptr);
@@ -414,6 +430,9 @@ nlohmann::json Runtime::dsm_json() const {
   j["home_redirects_sent"] = v(c.redirects_sent);
   j["home_redirects_followed"] = v(c.redirects_followed);
   j["write_hints"] = v(c.write_hints);
+  j["pages_ahead"] = v(c.pages_ahead);
+  j["causal_fetches"] = v(c.causal_fetches);
+  j["pages_sent_ahead"] = v(c.pages_sent_ahead);
   j["diffs_forwarded"] = v(c.diffs_forwarded);
   j["pushes_sent"] = v(c.pushes_sent);
   j["pushes_installed"] = v(c.pushes_installed);
@@ -500,6 +519,8 @@ std::string Runtime::stats_json(std::string_view stopped_by) const {
 }
 
 void Runtime::report_stats(std::string_view stopped_by) {
+  // Once per node: a stop signal and a failure of the job may both come at the end.
+  if (stats_reported_.exchange(true)) return;
   if (config_.get_bool("STATS")) {
     std::string table = comm_->counters().format_table(comm_->registry());
     std::string dsm = dsm_table();
@@ -556,6 +577,17 @@ void Runtime::on_fatal(const Status& why) {
   }
   bootstrap_->abort_job(reason, culprit);
   std::fflush(stdout);
+  // The counters so far, marked partial: also when the job is being stopped (a launcher's
+  // SIGTERM reaches the nodes one after another, and this node may learn that a peer is gone
+  // before its own stop-signal thread runs). On a thread of its own, waited for at most a
+  // second: this thread may hold a lock the counters take.
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> reported = done->get_future();
+  std::thread([this, done, why = fmt::format("job failed: {}", reason)] {
+    report_stats(why);
+    done->set_value();
+  }).detach();
+  (void)reported.wait_for(std::chrono::seconds(1));
   log::die(fatal_exit_code_.load(std::memory_order_relaxed), "stopping: the job failed");
 }
 

@@ -127,6 +127,7 @@ class Runtime {
   // How each node that left said it left (runtime.leaving), for the stranded barrier's message.
   Mutex leaving_mu_;
   std::map<comm::NodeId, std::string> leaving_how_ GUARDED_BY(leaving_mu_);
+  std::atomic<bool> stats_reported_{false};  // report_stats() ran (it runs once)
 };
 
 // Shares a program's own writable data [addr, addr+len) (page-aligned: its .data and .bss) as

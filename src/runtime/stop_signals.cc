@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -42,7 +43,10 @@ void install_stop_signals(std::function<void(int sig)> on_stop) {
   // the process itself when a signal comes.
   std::thread([read_end, on_stop = std::move(on_stop)] {
     unsigned char b = 0;
-    while (::read(read_end, &b, 1) < 0 && errno == EINTR) {
+    // note: the system call itself, not read(): PARMACS programs interpose read() to look at
+    // the shared region (parmacs_io.cc), which this thread must not touch while a runtime
+    // starts or is torn down.
+    while (::syscall(SYS_read, read_end, &b, 1) < 0 && errno == EINTR) {
     }
     int sig = b;
     on_stop(sig);

@@ -530,6 +530,38 @@ Program counter_migrate() {
   return pr;
 }
 
+// Two nodes increment one lock-protected counter in turn. With home migration the counter's page
+// moves to whichever node wrote it last, and with two nodes nobody else holds a copy, so it is
+// private at its new home: the new home's writes carry no notice, and the lock grant that carries
+// them to the old home may overtake the old home's answer to the offer (the old home must not
+// read its offered copy meanwhile).
+Program counter_migrate_2n() {
+  constexpr int kCounterRounds = 16;
+  Program pr{"counter_migrate_2n", 2, 1, nullptr};
+  pr.install = [](Simulation& sim, Checker& c) {
+    auto ad = std::make_shared<Addrs>();
+    for (uint32_t k = 0; k < 2; ++k) {
+      sim.spawn(k, [ad, &c, k](Thread& t) {
+        if (k == 0) {
+          ad->a = {t.alloc(64)};
+          c.write(t, ad->a[0], 1);
+        }
+        c.barrier(t, barrier_id(0), 2);
+        uint64_t counter = ad->a[0] + 8;
+        for (int i = 0; i < kCounterRounds; ++i) {
+          c.lock(t, lock_id(0));
+          uint64_t v = c.read(t, counter);
+          c.write(t, counter, v + 1);
+          c.unlock(t, lock_id(0));
+        }
+        c.barrier(t, barrier_id(0), 2);
+        c.read(t, counter);
+      });
+    }
+  };
+  return pr;
+}
+
 }  // namespace
 
 Program random_program(uint64_t seed) {
@@ -551,9 +583,9 @@ Program random_program(uint64_t seed) {
 }
 
 const std::vector<std::string>& litmus_names() {
-  static const std::vector<std::string> names = {"mp_lock",       "sb_locks",
-                                                 "iriw_barrier",  "write_after_invalidate",
-                                                 "counter_chain", "counter_migrate"};
+  static const std::vector<std::string> names = {
+      "mp_lock",       "sb_locks",        "iriw_barrier",      "write_after_invalidate",
+      "counter_chain", "counter_migrate", "counter_migrate_2n"};
   return names;
 }
 
@@ -563,6 +595,7 @@ Program litmus(const std::string& name) {
   if (name == "iriw_barrier") return iriw_barrier();
   if (name == "write_after_invalidate") return write_after_invalidate();
   if (name == "counter_chain") return counter_chain();
+  if (name == "counter_migrate_2n") return counter_migrate_2n();
   if (name == "counter_migrate") return counter_migrate();
   log::fatal(fmt::format("no litmus test '{}'", name));
 }

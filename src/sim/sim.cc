@@ -129,9 +129,8 @@ Simulation::Simulation(Options options)
       protocols::Protocol* raw = p.get();
       node->platform->add(raw, std::move(p));
     }
-    node->locks =
-        std::make_unique<sync::LockService>(*node->comm, *node->platform, opts_.lock_fairness,
-                                            opts_.lazy_release);
+    node->locks = std::make_unique<sync::LockService>(*node->comm, *node->platform,
+                                                      opts_.lock_fairness, opts_.lazy_release);
     node->barriers = std::make_unique<sync::BarrierService>(*node->comm, *node->platform,
                                                             node->frames->num_pages());
     node->conds = std::make_unique<sync::CondService>(*node->comm, *node->locks);

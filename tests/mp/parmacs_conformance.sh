@@ -3,8 +3,8 @@
 # bench/parmacs/c.m4.pthreads (the reference expansion shapes on plain pthreads) and with Loom's
 # c.m4.loom, must print the same result. The pthreads build runs with P threads; the Loom build
 # runs with P threads on NODES nodes (TPN threads per node) under loomrun, or under mpirun.
-# Lines starting with "time:" are left out of the comparison; the output must contain a line
-# ending in "OK".
+# Only stdout is compared (stderr is printed, for the reader: sanitizers and launchers write
+# there), without the lines starting with "time:"; it must contain a line ending in "OK".
 #
 # usage: parmacs_conformance.sh LAUNCHER PTHREADS_PROG LOOM_PROG NODES TPN STDIN [args...]
 #   LAUNCHER  loomrun's path, or "mpirun"
@@ -25,21 +25,24 @@ fi
 cd "$work" || exit 1
 filter() { grep -v -e '^time:' -e '^loom\[' -e '^loomrun:' || true; }
 
-ref=$("$pt" "${args[@]}" <in 2>&1); rc=$?
+ref=$("$pt" "${args[@]}" <in 2>err); rc=$?
 echo "--- pthreads, $P threads (status $rc):"
 echo "$ref"
+cat err
 if [[ $rc -ne 0 ]]; then echo "FAILED: the pthreads build exited with status $rc"; exit 1; fi
 
 if [[ $launcher == mpirun ]]; then
   command -v mpirun >/dev/null || { echo "SKIP: mpirun is not installed"; exit 77; }
   out=$(timeout 200 mpirun --allow-run-as-root --oversubscribe -n "$nodes" \
-        -x LOOM_PM_THREADS_PER_NODE="$tpn" "$loom" "${args[@]}" <in 2>&1); rc=$?
+        -x LOOM_PM_THREADS_PER_NODE="$tpn" "$loom" "${args[@]}" <in 2>err); rc=$?
 else
   out=$("$launcher" -n "$nodes" --timeout 200 --pm-threads-per-node "$tpn" "$loom" "${args[@]}" \
-        <in 2>&1); rc=$?
+        <in 2>err); rc=$?
 fi
 echo "--- Loom, $nodes nodes x $tpn threads (status $rc):"
 echo "$out"
+echo "--- its stderr:"
+cat err
 if [[ $rc -ne 0 ]]; then echo "FAILED: the Loom run exited with status $rc"; exit 1; fi
 if ! grep -qE 'OK$' <<<"$out"; then echo "FAILED: no line ending in OK"; exit 1; fi
 if ! diff <(filter <<<"$ref") <(filter <<<"$out"); then

@@ -84,6 +84,7 @@ TEST(ScenarioTest, WritersReadersNeedFiveMessagesPerOtherNode) {
 TEST(ScenarioTest, BarrierPushesCarryRowsHomedAtTheirWriters) {
   for (uint32_t n : {2u, 4u, 8u}) {
     Options o;
+    o.hlrc.fetch_ahead = 0;  // one page per request: the counts below are pages
     o.hlrc.push_pages = 0;
     Result<ScenarioResult> pull = run_scenario("hfp_w", n, o);
     o.hlrc.push_pages = 16;
@@ -98,6 +99,27 @@ TEST(ScenarioTest, BarrierPushesCarryRowsHomedAtTheirWriters) {
     EXPECT_GE(requests(*pull), 2u * 29 * 2 * (n - 1)) << n << " nodes";
     EXPECT_LE(requests(*push), 5u * 2 * 2 * (n - 1)) << n << " nodes";
     EXPECT_LT(push->messages, pull->messages / 2) << n << " nodes";
+  }
+}
+
+// Batched prefetches (docs/protocols/hlrc.md#prefetch): without pushes, the rows an acquire
+// invalidated are prefetched from each home in one request per run of pages, not one per page.
+TEST(ScenarioTest, PrefetchesGoToEachHomeInBatches) {
+  for (uint32_t n : {2u, 4u, 8u}) {
+    Options o;
+    o.hlrc.push_pages = 0;
+    o.hlrc.fetch_ahead = 0;
+    Result<ScenarioResult> single = run_scenario("hfp_w", n, o);
+    o.hlrc.fetch_ahead = 8;
+    Result<ScenarioResult> batched = run_scenario("hfp_w", n, o);
+    ASSERT_TRUE(single.is_ok() && batched.is_ok());
+    auto requests = [](const ScenarioResult& r) {
+      for (const auto& t : r.by_type)
+        if (t.name == "hlrc.page_request") return t.messages;
+      return uint64_t{0};
+    };
+    // Each neighbour's row is 2 pages: one request brings both.
+    EXPECT_LE(requests(*batched), requests(*single) * 6 / 10) << n << " nodes";
   }
 }
 

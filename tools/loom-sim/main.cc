@@ -86,7 +86,8 @@ int run_check(uint64_t count, uint64_t seed, uint64_t schedules,
                          base.hlrc.push_pages == protocols::hlrc::Hlrc::Options().push_pages
                              ? ""
                              : fmt::format(" --push-pages {}", base.hlrc.push_pages),
-                         base.lazy_release ? "" : " --lazy-release 0");
+                         std::string(base.lazy_release ? "" : " --lazy-release 0") +
+                             (base.hlrc.causal_fetch ? " --causal-fetch 1" : ""));
         exit_now(kExitViolation);
       }
       reads += st.reads;
@@ -253,6 +254,10 @@ int main(int argc, char** argv) {
                  "Barrier pushes: pages per reader and barrier (LOOM_PUSH_PAGES; 0: off)")
       ->check(CLI::Range(0, 4096));
   int lazy_release = 1;
+  int causal_fetch = protocols::hlrc::Hlrc::Options().causal_fetch ? 1 : 0;
+  app.add_option("--causal-fetch", causal_fetch,
+                 "hlrc: learn a fetched copy's writers' notices first (LOOM_CAUSAL_FETCH)")
+      ->check(CLI::Range(0, 1));
   app.add_option("--lazy-release", lazy_release,
                  "Locks release only when their token leaves the node (LOOM_LAZY_RELEASE; 0: at "
                  "every unlock)")
@@ -298,6 +303,7 @@ int main(int argc, char** argv) {
   base.hlrc.migrate_after = home_migration;
   base.hlrc.push_pages = push_pages;
   base.lazy_release = lazy_release != 0;
+  base.hlrc.causal_fetch = causal_fetch != 0;
   base.lrc_gc_bytes = lrc_gc_bytes;
   if (!mutant.empty()) {
     const MutantInfo* m = find_mutant(mutant);

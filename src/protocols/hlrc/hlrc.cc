@@ -59,6 +59,7 @@ struct PageReply {
   uint32_t home = 0, moves = 0;     // kReplyMoved
 };
 
+// Parses the first page's part of a page reply; the extra pages (fetch-ahead) may follow.
 bool parse_page_reply(ByteReader& r, uint32_t nodes, PageReply* out) {
   if (!r.u32(&out->kind)) return false;
   switch (out->kind) {
@@ -67,14 +68,23 @@ bool parse_page_reply(ByteReader& r, uint32_t nodes, PageReply* out) {
              r.left() == 0;
     case kReplyZero:
       out->data = {kZeroPage, kPageBytes};
-      return read_version(r, nodes, &out->stamp).is_ok() && r.left() == 0;
+      return read_version(r, nodes, &out->stamp).is_ok();
     case kReplyPage:
-      return read_version(r, nodes, &out->stamp).is_ok() && r.bytes(kPageBytes, &out->data) &&
-             r.left() == 0;
+      return read_version(r, nodes, &out->stamp).is_ok() && r.bytes(kPageBytes, &out->data);
     default:
       return false;
   }
 }
+
+// Most pages one request asks for (the first and its extras): a reply stays below UCX's eager
+// limit (128 KiB).
+constexpr uint32_t kMaxBatchPages = 16;
+
+// Per application thread: the run of pages its last fetch brought (fetch-ahead's stream
+// detection) and the readahead window that run used.
+thread_local PageId t_run_first = ~PageId{0};
+thread_local PageId t_run_last = ~PageId{0};
+thread_local uint32_t t_window = 0;
 
 // The new home's answer to a home offer.
 struct HomeAnswer {
@@ -134,10 +144,23 @@ Status Hlrc::register_messages() {
       });
   if (!s) return s;
   s = reg.add(msg::kVtQuery, "hlrc.vt_query", [this](comm::Incoming& in) -> Status {
-    if (!in.payload().empty()) return Status::malformed("vector time query with a payload");
+    // Empty: a notice collection asks for this node's vector time. With the asker's vector time:
+    // a causal fetch (fetch()) asks for the records it lacks as well.
     std::vector<std::byte> out;
     ByteWriter w(&out);
-    write_vt(w, vector_time());
+    if (in.payload().empty()) {
+      write_vt(w, vector_time());
+    } else {
+      ByteReader r(in.payload());
+      Result<VectorTime> theirs = read_vt(r, nodes_);
+      if (!theirs) return theirs.status();
+      if (r.left() != 0) return Status::malformed("vector time query: trailing bytes");
+      MutexLock l(notices_mu_);
+      write_vt(w, store_.known());
+      std::vector<const Record*> recs = store_.newer_than(*theirs);
+      write_records(w, recs);
+      counters_.notices_sent.fetch_add(recs.size(), std::memory_order_relaxed);
+    }
     return comm_.reply(in.reply_to(), out);
   });
   if (!s) return s;
@@ -366,6 +389,13 @@ bool Hlrc::fault_home(PageId page, PageEntry& e, bool is_write, MutexLock& held)
 bool Hlrc::fetch(PageId page, bool is_write) {
   PageEntry& e = table_.at(page);
   int64_t t0 = now();
+  // Fetch-ahead: a fault just after the run of pages this thread fetched last continues a
+  // stream; the readahead window doubles up to fetch_ahead (any other fault ends the stream).
+  const bool stream = t_run_first != ~PageId{0} && page > t_run_first && page <= t_run_last + 2;
+  t_window =
+      stream ? std::min<uint32_t>(std::max<uint32_t>(2 * t_window, 2), opts_.fetch_ahead) : 0;
+  std::vector<ExtraPage> extras;
+  bool first_round = true;
   for (;;) {
     std::vector<std::byte> req;
     int32_t home;
@@ -373,9 +403,17 @@ bool Hlrc::fetch(PageId page, bool is_write) {
     {
       MutexLock l(table_.lock_of(page));
       home = e.home;
-      req = page_request(page, e.required);
       first_use = e.state == st(PageState::kUnknown);
     }
+    if (first_round && t_window > 0 && opts_.mutant == Options::Mutant::kNone)
+      extras = claim_ahead(page, home, std::min(t_window, kMaxBatchPages - 1));
+    first_round = false;
+    {
+      MutexLock l(table_.lock_of(page));
+      req = page_request(page, e.required, extras);
+    }
+    t_run_first = page;
+    t_run_last = extras.empty() ? page : extras.back().page;
     int64_t w0 = now();
     comm::Comm::Request call;
     Status sent =
@@ -392,57 +430,83 @@ bool Hlrc::fetch(PageId page, bool is_write) {
     PageReply rep;
     if (!parse_page_reply(r, nodes_, &rep))
       log::fatal(fmt::format("malformed page reply for page {} from node {}", page, home));
-    MutexLock l(table_.lock_of(page));
-    if (rep.kind == kReplyMoved) {
-      // The home moved: ask the node it moved to. Each redirect is to a later home, so this
-      // ends at the current one. The redirect may also be older than what this node learned
-      // while the request travelled (a hint, or another thread's redirect, told it of a later
-      // move, possibly back to the node it asked): then it asks the home it knows now.
-      const uint32_t known_moves = e.home_moves;
-      learn_home(e, rep.home, rep.moves);
-      LOOM_CHECK(e.home != static_cast<int32_t>(me_) &&
-                     (e.home != home || known_moves > rep.moves),
-                 "node {} redirected a request for page {} to node {} (move {}): {}", home, page,
-                 rep.home, rep.moves, dump_page(page));
-      counters_.redirects_followed.fetch_add(1, std::memory_order_relaxed);
-      continue;
+    if (rep.kind != kReplyMoved && opts_.causal_fetch) {
+      // Causal fetch: the copy holds writes of intervals this node has no notice of (the home
+      // applied diffs released after this node's last acquire). A racy reader that follows a
+      // pointer it read here (BARNES's tree descent) must then see what the pointer's writer
+      // wrote before it: learn that writer's notices (everything it knows) and apply them, as
+      // an acquire from it would, before the copy is used.
+      std::vector<uint32_t> ahead = writers_ahead(rep.stamp);
+      if (!ahead.empty()) {
+        learn_notices(ahead);
+        counters_.causal_fetches.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (unapplied_.load(std::memory_order_acquire)) apply_unapplied();
     }
-    counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
-    VersionVec& stamp = rep.stamp;
-    std::span<const std::byte> data = rep.data;
-    const bool zero = rep.kind == kReplyZero;
-    if (!stamp.covers(e.required) && opts_.mutant != Options::Mutant::kNoVersionWait) {
-      // A newer write notice arrived while the request was in flight: this copy is too old.
-      counters_.fetch_retries.fetch_add(1, std::memory_order_relaxed);
-      continue;
-    }
-    std::byte* sys = space_.sys_page(page);
-    if (e.twin != nullptr && opts_.mutant == Options::Mutant::kDropLocalWrites) e.twin.reset();
-    if (e.twin != nullptr) {
-      // Two-way diffing: unreleased local writes survive the new version.
-      std::vector<std::byte> local;
-      memory::diff_create(e.twin.get(), sys, &local);
-      std::memcpy(e.twin.get(), data.data(), kPageBytes);
-      std::memcpy(sys, data.data(), kPageBytes);
-      Status s = memory::diff_apply(local, sys);
-      LOOM_CHECK(s.is_ok(), "re-applying local writes: {}: {}", s.to_string(), dump_page(page));
-      counters_.two_way_merges.fetch_add(1, std::memory_order_relaxed);
-      e.state = st(PageState::kWritable);
-      e.prot = Prot::kReadWrite;
-    } else {
-      // note: a page this node never held reads as zero (a hole, or backed by back() above).
-      if (!(zero && e.state == st(PageState::kUnknown))) std::memcpy(sys, data.data(), kPageBytes);
-      if (is_write) {
-        open_for_writing(page, e, data.data());
+    bool again = false;
+    {
+      MutexLock l(table_.lock_of(page));
+      if (rep.kind == kReplyMoved) {
+        // The home moved: ask the node it moved to. Each redirect is to a later home, so this
+        // ends at the current one. The redirect may also be older than what this node learned
+        // while the request travelled (a hint, or another thread's redirect, told it of a later
+        // move, possibly back to the node it asked): then it asks the home it knows now.
+        const uint32_t known_moves = e.home_moves;
+        learn_home(e, rep.home, rep.moves);
+        LOOM_CHECK(
+            e.home != static_cast<int32_t>(me_) && (e.home != home || known_moves > rep.moves),
+            "node {} redirected a request for page {} to node {} (move {}): {}", home, page,
+            rep.home, rep.moves, dump_page(page));
+        counters_.redirects_followed.fetch_add(1, std::memory_order_relaxed);
+        again = true;
       } else {
-        e.state = st(PageState::kReadOnly);
-        e.prot = Prot::kRead;
+        counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
+        VersionVec& stamp = rep.stamp;
+        std::span<const std::byte> data = rep.data;
+        const bool zero = rep.kind == kReplyZero;
+        if (!stamp.covers(e.required) && opts_.mutant != Options::Mutant::kNoVersionWait) {
+          // A newer write notice arrived while the request was in flight: this copy is too old.
+          counters_.fetch_retries.fetch_add(1, std::memory_order_relaxed);
+          again = true;
+        } else {
+          std::byte* sys = space_.sys_page(page);
+          if (e.twin != nullptr && opts_.mutant == Options::Mutant::kDropLocalWrites)
+            e.twin.reset();
+          if (e.twin != nullptr) {
+            // Two-way diffing: unreleased local writes survive the new version.
+            std::vector<std::byte> local;
+            memory::diff_create(e.twin.get(), sys, &local);
+            std::memcpy(e.twin.get(), data.data(), kPageBytes);
+            std::memcpy(sys, data.data(), kPageBytes);
+            Status s = memory::diff_apply(local, sys);
+            LOOM_CHECK(s.is_ok(), "re-applying local writes: {}: {}", s.to_string(),
+                       dump_page(page));
+            counters_.two_way_merges.fetch_add(1, std::memory_order_relaxed);
+            e.state = st(PageState::kWritable);
+            e.prot = Prot::kReadWrite;
+          } else {
+            // note: a page this node never held reads as zero (a hole, or backed by back()).
+            if (!(zero && e.state == st(PageState::kUnknown)))
+              std::memcpy(sys, data.data(), kPageBytes);
+            if (is_write) {
+              open_for_writing(page, e, data.data());
+            } else {
+              e.state = st(PageState::kReadOnly);
+              e.prot = Prot::kRead;
+            }
+          }
+          e.version = std::move(stamp);
+          e.fetching = false;
+          space_.protect(page, 1, e.prot);
+          table_.notify(page);
+        }
       }
     }
-    e.version = std::move(stamp);
-    e.fetching = false;
-    space_.protect(page, 1, e.prot);
-    table_.notify(page);
+    // The extra pages (a redirect or a stale reply brings none): installed if still wanted, and
+    // released either way; a retry asks for the first page only.
+    install_extras(r, extras, !again);
+    extras.clear();
+    if (again) continue;
     counters_.fetch_ns.fetch_add(now() - t0, std::memory_order_relaxed);
     return true;
   }
@@ -673,12 +737,128 @@ void Hlrc::apply_unapplied() {
   }
 }
 
-std::vector<std::byte> Hlrc::page_request(PageId page, const VersionVec& need) {
+std::vector<std::byte> Hlrc::page_request(PageId page, const VersionVec& need,
+                                          const std::vector<ExtraPage>& extras) {
   std::vector<std::byte> req;
   ByteWriter w(&req);
   w.u64(page);
   write_version(w, need);
+  if (!extras.empty()) {
+    w.u32(static_cast<uint32_t>(extras.size()));
+    for (const ExtraPage& x : extras) {
+      w.u64(x.page);
+      write_version(w, x.need);
+    }
+  }
   return req;
+}
+
+std::vector<uint32_t> Hlrc::writers_ahead(const VersionVec& stamp, bool* unapplied) const {
+  std::vector<uint32_t> out;
+  MutexLock l(notices_mu_);
+  const VectorTime& known = store_.known();
+  for (const auto& [w, i] : stamp.entries()) {
+    if (w == me_ || w >= nodes_) continue;
+    if (i > known[w]) out.push_back(w);
+    if (i > applied_[w] && unapplied != nullptr) *unapplied = true;
+  }
+  return out;
+}
+
+bool Hlrc::ahead_of_applied(const VersionVec& stamp) const {
+  bool unapplied = false;
+  (void)writers_ahead(stamp, &unapplied);
+  return unapplied;
+}
+
+void Hlrc::learn_notices(const std::vector<uint32_t>& writers) {
+  std::vector<std::byte> payload;
+  ByteWriter w(&payload);
+  write_vt(w, vector_time());
+  std::vector<std::unique_ptr<comm::Comm::Request>> calls;
+  std::vector<uint32_t> asked;
+  for (uint32_t n : writers) {
+    auto call = std::make_unique<comm::Comm::Request>();
+    Status s = comm_.start_request(n, msg::kVtQuery, payload, call.get());
+    LOOM_CHECK(s.is_ok(), "asking node {} for its write notices: {}", n, s.to_string());
+    calls.push_back(std::move(call));
+    asked.push_back(n);
+  }
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const Status& got = comm_.wait(calls[k]->done);
+    LOOM_CHECK(got.is_ok(), "asking node {} for its write notices: {}", asked[k], got.to_string());
+    ByteReader r(calls[k]->reply.span());
+    Result<VectorTime> vt = read_vt(r, nodes_);
+    Status stored = vt ? store_notices(r) : vt.status();
+    LOOM_CHECK(stored.is_ok() && r.left() == 0, "write notices from node {}: {}", asked[k],
+               stored.is_ok() ? "trailing bytes" : stored.to_string());
+  }
+}
+
+std::vector<Hlrc::ExtraPage> Hlrc::claim_ahead(PageId page, int32_t home, uint32_t count) {
+  std::vector<ExtraPage> out;
+  const PageId end = std::min<PageId>(page + 1 + 2 * count, space_.heap_pages());
+  for (PageId q = page + 1; q < end && out.size() < count; ++q) {
+    PageEntry* e = table_.find(q);
+    if (e == nullptr) break;  // never resolved here: its home is not known
+    MutexLock l(table_.lock_of(q));
+    if (e->home != home || e->protocol != kHlrcId) break;
+    if (e->state == st(PageState::kReadOnly) || e->state == st(PageState::kWritable)) continue;
+    if ((e->state != st(PageState::kInvalid) && e->state != st(PageState::kUnknown)) ||
+        e->fetching || e->twin != nullptr)
+      break;
+    e->fetching = true;
+    out.push_back({q, e->required});
+  }
+  return out;
+}
+
+size_t Hlrc::install_extras(ByteReader& r, const std::vector<ExtraPage>& asked, bool parsed) {
+  // The pages the home sent (a subset of those asked, in order).
+  struct Got {
+    uint32_t kind = kReplyPage;
+    VersionVec stamp;
+    std::span<const std::byte> data;
+  };
+  std::unordered_map<PageId, Got> got;
+  uint32_t n = 0;
+  size_t installed = 0;
+  if (parsed && r.left() > 0 && r.u32(&n) && n <= asked.size()) {
+    for (uint32_t k = 0; k < n; ++k) {
+      uint64_t page;
+      Got g;
+      if (!r.u64(&page) || !r.u32(&g.kind) || (g.kind != kReplyPage && g.kind != kReplyZero) ||
+          !read_version(r, nodes_, &g.stamp).is_ok())
+        break;
+      if (g.kind == kReplyPage && !r.bytes(kPageBytes, &g.data)) break;
+      got.emplace(page, std::move(g));
+    }
+  }
+  for (const ExtraPage& x : asked) {
+    PageEntry& e = table_.at(x.page);
+    MutexLock l(table_.lock_of(x.page));
+    e.fetching = false;
+    auto it = got.find(x.page);
+    // Installed only under the conditions of a prefetch (install_prefetched): nothing changed
+    // since the claim, and the copy is as new as what is required now.
+    if (it != got.end() && e.twin == nullptr &&
+        (e.state == st(PageState::kInvalid) || e.state == st(PageState::kUnknown)) &&
+        it->second.stamp.covers(e.required) &&
+        !(opts_.causal_fetch && ahead_of_applied(it->second.stamp))) {
+      const bool zero = it->second.kind == kReplyZero;
+      if (!(zero && e.state == st(PageState::kUnknown)))
+        std::memcpy(space_.sys_page(x.page), zero ? kZeroPage : it->second.data.data(), kPageBytes);
+      e.version = std::move(it->second.stamp);
+      e.state = st(PageState::kReadOnly);
+      e.prot = Prot::kRead;
+      space_.protect(x.page, 1, e.prot);
+      counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
+      counters_.pages_ahead.fetch_add(1, std::memory_order_relaxed);
+      ++installed;
+    }
+    table_.notify(x.page);
+  }
+  return installed;
 }
 
 void Hlrc::apply_records(const std::vector<Record>& records) {
@@ -701,11 +881,12 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
   pages.reserve(writes.size());
   for (const auto& [p, ws] : writes) pages.push_back(p);
   std::sort(pages.begin(), pages.end());
-  std::vector<Prefetch> prefetch;
+  // The pages to prefetch, by home, in ascending order (pages are visited so): one request
+  // per home and run of up to kMaxBatchPages pages.
+  std::map<int32_t, std::vector<Prefetch>> prefetch;
   std::map<ProtocolId, std::vector<PageId>> foreign;
   in_stripe_batches(table_, pages, [&](const std::vector<PageId>& batch) {
     std::vector<PageId> close;
-    size_t first_prefetch = prefetch.size();
     for (PageId p : batch) {
       table_.lock_of(p).assert_held();  // in_stripe_batches holds the batch's stripes
       PageEntry& e = table_.at(p);
@@ -730,7 +911,12 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
         // A clean copy this node was using is likely to be used again: fetch it now.
         if (opts_.prefetch && e.state == st(PageState::kReadOnly) && !e.fetching) {
           e.fetching = true;
-          prefetch.push_back({p, e.home, {}});
+          std::vector<Prefetch>& runs = prefetch[e.home];
+          if (runs.empty() || runs.back().extras.size() + 1 >= kMaxBatchPages ||
+              opts_.fetch_ahead == 0)
+            runs.push_back({e.home, p, e.required, {}});
+          else
+            runs.back().extras.push_back({p, e.required});
         }
         e.state = st(PageState::kInvalid);  // a twin, if any, stays: two-way diff on next access
         e.prot = Prot::kNone;
@@ -739,10 +925,9 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
       }
     }
     protect_ranges(close, Prot::kNone);
-    for (size_t k = first_prefetch; k < prefetch.size(); ++k)
-      prefetch[k].request = page_request(prefetch[k].page, table_.at(prefetch[k].page).required);
   });
-  for (Prefetch& f : prefetch) start_prefetch(std::move(f));
+  for (auto& [home, runs] : prefetch)
+    for (Prefetch& f : runs) start_prefetch(std::move(f));
   for (auto& [id, ps] : foreign) {
     LOOM_CHECK(foreign_ != nullptr,
                "write notices name pages of protocol {} but no one handles them", id);
@@ -751,48 +936,55 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
 }
 
 void Hlrc::start_prefetch(Prefetch f) {
-  counters_.prefetches.fetch_add(1, std::memory_order_relaxed);
-  PageId page = f.page;
-  Status s = comm_.start_request(static_cast<comm::NodeId>(f.home), msg::kPageRequest, f.request,
-                                 [this, page](Status st, comm::Buffer reply) {
-                                   install_prefetched(page, st, std::move(reply));
+  counters_.prefetches.fetch_add(1 + f.extras.size(), std::memory_order_relaxed);
+  const PageId page = f.page;
+  std::vector<std::byte> req = page_request(page, f.need, f.extras);
+  auto extras = std::make_shared<std::vector<ExtraPage>>(std::move(f.extras));
+  Status s = comm_.start_request(static_cast<comm::NodeId>(f.home), msg::kPageRequest, req,
+                                 [this, page, extras](Status st, comm::Buffer reply) {
+                                   install_prefetched(page, *extras, st, std::move(reply));
                                  });
-  if (!s) install_prefetched(page, s, {});
+  if (!s) install_prefetched(page, *extras, s, {});
 }
 
 // Runs on the dispatcher (the reply callback): touches only the system view and the page table.
-void Hlrc::install_prefetched(PageId page, const Status& status, comm::Buffer reply) {
+void Hlrc::install_prefetched(PageId page, const std::vector<ExtraPage>& extras,
+                              const Status& status, comm::Buffer reply) {
   PageReply rep;
   bool parsed = false;
-  if (status.is_ok()) {
-    ByteReader r(reply.span());
-    parsed = parse_page_reply(r, nodes_, &rep);
+  ByteReader r(reply.span());
+  if (status.is_ok()) parsed = parse_page_reply(r, nodes_, &rep);
+  {
+    PageEntry& e = table_.at(page);
+    MutexLock l(table_.lock_of(page));
+    LOOM_CHECK(e.fetching, "prefetch reply for a page nobody fetches: {}", dump_page(page));
+    e.fetching = false;
+    if (parsed && rep.kind == kReplyMoved) {
+      // The home moved: remember where to, and leave the page to the next fault.
+      learn_home(e, rep.home, rep.moves);
+      parsed = false;
+    }
+    VersionVec& stamp = rep.stamp;
+    std::span<const std::byte> data = rep.data;
+    // Use the copy only if nothing changed meanwhile: still invalid and clean, and at least as
+    // new as everything now required. Otherwise the next fault fetches normally.
+    // note: nor a copy newer than this node's notices (causal fetch): the fault fetches it.
+    if (parsed && e.state == st(PageState::kInvalid) && e.twin == nullptr &&
+        stamp.covers(e.required) && !(opts_.causal_fetch && ahead_of_applied(stamp))) {
+      std::memcpy(space_.sys_page(page), data.data(), kPageBytes);
+      e.version = std::move(stamp);
+      e.state = st(PageState::kReadOnly);
+      e.prot = Prot::kRead;
+      space_.protect(page, 1, e.prot);
+      counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      counters_.prefetches_dropped.fetch_add(1, std::memory_order_relaxed);
+    }
+    table_.notify(page);
   }
-  PageEntry& e = table_.at(page);
-  MutexLock l(table_.lock_of(page));
-  LOOM_CHECK(e.fetching, "prefetch reply for a page nobody fetches: {}", dump_page(page));
-  e.fetching = false;
-  if (parsed && rep.kind == kReplyMoved) {
-    // The home moved: remember where to, and leave the page to the next fault.
-    learn_home(e, rep.home, rep.moves);
-    parsed = false;
-  }
-  VersionVec& stamp = rep.stamp;
-  std::span<const std::byte> data = rep.data;
-  // Use the copy only if nothing changed meanwhile: still invalid and clean, and at least as new
-  // as everything now required. Otherwise the next fault fetches normally.
-  if (parsed && e.state == st(PageState::kInvalid) && e.twin == nullptr &&
-      stamp.covers(e.required)) {
-    std::memcpy(space_.sys_page(page), data.data(), kPageBytes);
-    e.version = std::move(stamp);
-    e.state = st(PageState::kReadOnly);
-    e.prot = Prot::kRead;
-    space_.protect(page, 1, e.prot);
-    counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
-  } else {
-    counters_.prefetches_dropped.fetch_add(1, std::memory_order_relaxed);
-  }
-  table_.notify(page);
+  // note: extras count as prefetches; those not installed as dropped.
+  size_t installed = install_extras(r, extras, parsed);
+  counters_.prefetches_dropped.fetch_add(extras.size() - installed, std::memory_order_relaxed);
 }
 
 // --- Barrier pushes -------------------------------------------------------------------------
@@ -916,7 +1108,10 @@ bool Hlrc::install_copy_locked(PageId page, PageEntry& e, PushedCopy c) {
   const bool fits = e.home == static_cast<int32_t>(c.from) && e.twin == nullptr && !e.fetching &&
                     (e.state == st(PageState::kReadOnly) || e.state == st(PageState::kInvalid) ||
                      e.state == st(PageState::kPushed)) &&
-                    (c.version.covers(e.required) || opts_.mutant == Options::Mutant::kPushStale);
+                    (c.version.covers(e.required) || opts_.mutant == Options::Mutant::kPushStale) &&
+                    // note: known, not applied: pushes are installed by the acquire that
+                    // applies the barrier's notices (apply_records), before it counts them.
+                    !(opts_.causal_fetch && !writers_ahead(c.version).empty());
   if (!fits) {
     // A push this node cannot take (it writes the page too, or other writers' diffs had not
     // reached the home) is declined like an unused one, so its home stops sending it.
@@ -1035,6 +1230,20 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
   if (!r.u64(&page) || page >= space_.num_pages())
     return Status::malformed("page request: bad page number");
   if (Status s = read_version(r, nodes_, &need); !s) return s;
+  std::vector<ExtraPage> extras;
+  if (r.left() != 0) {
+    uint32_t n;
+    if (!r.u32(&n) || n == 0 || n >= kMaxBatchPages)
+      return Status::malformed("page request: bad count of extra pages");
+    extras.resize(n);
+    for (ExtraPage& x : extras) {
+      uint64_t q;
+      if (!r.u64(&q) || q >= space_.num_pages() || q == page)
+        return Status::malformed("page request: bad extra page number");
+      x.page = q;
+      if (Status s = read_version(r, nodes_, &x.need); !s) return s;
+    }
+  }
   if (r.left() != 0) return Status::malformed("page request: trailing bytes");
   PageEntry& e = table_.at(page);
   std::vector<std::byte> out;
@@ -1046,32 +1255,9 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
       LOOM_CHECK(e.home_moves > 0, "node {} asked for page {} here: {}", in.src(), page,
                  dump_page(page));
       out = moved_reply(e);
+      extras.clear();
       counters_.redirects_sent.fetch_add(1, std::memory_order_relaxed);
       break;
-    }
-    bool never_used = false;
-    if (e.state == st(PageState::kUnknown)) {
-      // The home never touched the page and no diff reached it: it is all zeros.
-      never_used = e.version.empty();
-      e.state = st(PageState::kHomeShared);
-    } else if (e.state == st(PageState::kHomePrivate)) {
-      // The page becomes shared. Write-protect it before the reply copies it: a write made while
-      // it was private (none carries a notice) is then in the copy, and every later one faults
-      // and lists the page. why not list it instead and leave it writable: the home's next
-      // release would announce a page nobody wrote since the copy, invalidating every copy of
-      // it, and the listed page could not move (maybe_offer_locked) until the home released
-      // again, which an idle home never does.
-      e.state = st(PageState::kHomeShared);
-      if (e.prot == Prot::kReadWrite) {
-        e.prot = Prot::kRead;
-        space_.protect(page, 1, e.prot);
-      }
-    }
-    note_reader(e, in.src());
-    // A reader: it gets the page with the barriers after the home writes it (until it declines).
-    if (opts_.push_pages > 0) {
-      auto at = std::lower_bound(e.copyset.begin(), e.copyset.end(), in.src());
-      if (at == e.copyset.end() || *at != in.src()) e.copyset.insert(at, in.src());
     }
     // note: while the page is offered, a request waits for the answer: the offer told the new
     // home which nodes hold copies, and it keeps the page private if none does (a copy served
@@ -1079,17 +1265,77 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
     // answered here.
     if ((!e.version.covers(need) && opts_.mutant != Options::Mutant::kNoVersionWait) ||
         e.state == st(PageState::kHomeMoving)) {
+      // note: the reader is counted when it is answered (share_locked), also after a hold.
       counters_.requests_held.fetch_add(1, std::memory_order_relaxed);
       MutexLock h(held_mu_);
-      held_requests_[page].push_back({in.reply_to(), std::move(need)});
+      held_requests_[page].push_back({in.reply_to(), std::move(need), std::move(extras)});
       return Status::ok();
     }
+    bool never_used = share_locked(page, e, in.src());
     out = page_reply_locked(page, e, never_used);
   } while (false);
   // note: sent after the stripe lock is released. Replying takes the transport's lock, which
   // this thread may already hold when the handler runs inside transport progress; no stripe
   // lock is ever held while taking it, so the two locks have one order.
-  return comm_.reply(in.reply_to(), out);
+  return send_page_reply(in.reply_to(), std::move(out), extras);
+}
+
+bool Hlrc::share_locked(PageId page, PageEntry& e, comm::NodeId reader) {
+  bool never_used = false;
+  if (e.state == st(PageState::kUnknown)) {
+    // The home never touched the page and no diff reached it: it is all zeros.
+    never_used = e.version.empty();
+    e.state = st(PageState::kHomeShared);
+  } else if (e.state == st(PageState::kHomePrivate)) {
+    // The page becomes shared. Write-protect it before the reply copies it: a write made while
+    // it was private (none carries a notice) is then in the copy, and every later one faults
+    // and lists the page. why not list it instead and leave it writable: the home's next
+    // release would announce a page nobody wrote since the copy, invalidating every copy of
+    // it, and the listed page could not move (maybe_offer_locked) until the home released
+    // again, which an idle home never does.
+    e.state = st(PageState::kHomeShared);
+    if (e.prot == Prot::kReadWrite) {
+      e.prot = Prot::kRead;
+      space_.protect(page, 1, e.prot);
+    }
+  }
+  note_reader(e, reader);
+  // A reader: it gets the page with the barriers after the home writes it (until it declines).
+  if (opts_.push_pages > 0) {
+    auto at = std::lower_bound(e.copyset.begin(), e.copyset.end(), reader);
+    if (at == e.copyset.end() || *at != reader) e.copyset.insert(at, reader);
+  }
+  return never_used;
+}
+
+Status Hlrc::send_page_reply(const comm::ReplyTo& to, std::vector<std::byte> payload,
+                             const std::vector<ExtraPage>& extras) {
+  if (!extras.empty()) {
+    // The extra pages the home can answer now; the others the requester fetches when it needs
+    // them. Each under its own stripe lock (no other is held).
+    ByteWriter w(&payload);
+    const size_t at = w.size();
+    uint32_t n = 0;
+    w.u32(0);  // count, patched below
+    for (const ExtraPage& x : extras) {
+      PageEntry& e = table_.at(x.page);
+      MutexLock l(table_.lock_of(x.page));
+      if (e.home == memory::kHomeUnknown && e.state == st(PageState::kUnknown))
+        e.home = static_cast<int32_t>(me_);
+      if (e.home != static_cast<int32_t>(me_) || e.state == st(PageState::kHomeMoving) ||
+          !e.version.covers(x.need))
+        continue;
+      const bool zero = share_locked(x.page, e, to.node);
+      w.u64(x.page);
+      w.u32(zero ? kReplyZero : kReplyPage);
+      write_version(w, e.version);
+      if (!zero) w.bytes({space_.sys_page(x.page), kPageBytes});
+      ++n;
+    }
+    w.patch_u32(at, n);
+    counters_.pages_sent_ahead.fetch_add(n, std::memory_order_relaxed);
+  }
+  return comm_.reply(to, payload);
 }
 
 std::vector<std::byte> Hlrc::page_reply_locked(PageId page, PageEntry& e, bool zero) {
@@ -1138,7 +1384,7 @@ Status Hlrc::on_diffs(comm::Incoming& in) {
 Status Hlrc::finish_diffs(std::vector<ReadyReply>& ready, const Batches& forward,
                           const Batches& hints, std::vector<Outgoing>& out) {
   for (ReadyReply& rr : ready) {
-    Status s = comm_.reply(rr.to, rr.payload);
+    Status s = send_page_reply(rr.to, std::move(rr.payload), rr.extras);
     if (!s) LOOM_WARN("answering a held request: {}", s.to_string());
   }
   send_entry_batches(msg::kForwardedDiffs, forward);
@@ -1307,7 +1553,10 @@ void Hlrc::answer_held_locked(PageId page, PageEntry& e, std::vector<ReadyReply>
     MutexLock h(held_mu_);
     ready = take_covered(held_requests_, page, e.version);
   }
-  for (const HeldRequest& r : ready) out->push_back({r.to, page_reply_locked(page, e, false)});
+  for (HeldRequest& r : ready) {
+    share_locked(page, e, r.to.node);
+    out->push_back({r.to, page_reply_locked(page, e, false), std::move(r.extras)});
+  }
 }
 
 // --- Home migration -------------------------------------------------------------------------
@@ -1340,6 +1589,15 @@ void Hlrc::maybe_offer_locked(PageId page, PageEntry& e, std::vector<Outgoing>* 
   const auto to = static_cast<comm::NodeId>(e.streak_writer);
   e.streak = 0;
   e.state = st(PageState::kHomeMoving);
+  // Closed while offered: this node's threads wait for the answer before they read it again.
+  // why: if the offer is taken, the new home may write the page at once without telling anyone
+  // (a private page: no notice), and then grant this node a lock whose acquire must see those
+  // writes; the grant can overtake the answer, and a read of the offered master here would be
+  // stale (dsm_check random with LOOM_HOME_MIGRATION=1: about 1 run in 40 lost an update).
+  if (e.prot != Prot::kNone) {
+    e.prot = Prot::kNone;
+    space_.protect(page, 1, e.prot);
+  }
   std::vector<std::byte> payload;
   payload.reserve(kPageBytes + 64 + 8 * e.version.entries().size());
   ByteWriter w(&payload);
@@ -1411,9 +1669,8 @@ Status Hlrc::on_home_offer(comm::Incoming& in) {
       // list stay there; the release skips private pages.
       e.state = st(shared != 0 ? PageState::kHomeShared : PageState::kHomePrivate);
       // note: a copy that lacks announced writes waits for them as a home does (fault_home).
-      Prot prot = shared == 0 || e.in_dirty_list
-                      ? Prot::kReadWrite
-                      : (e.prot == Prot::kNone ? e.prot : Prot::kRead);
+      Prot prot = shared == 0 || e.in_dirty_list ? Prot::kReadWrite
+                                                 : (e.prot == Prot::kNone ? e.prot : Prot::kRead);
       if (!e.version.covers(e.required)) prot = Prot::kNone;
       e.prot = prot;
       space_.protect(page, 1, e.prot);
@@ -1463,6 +1720,9 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
       e.state = st(PageState::kHomeShared);
       e.streak_writer = memory::kHomeUnknown;
       e.streak = 0;
+      // Open again (closed by the offer): readable, unless diffs it needs are still missing.
+      e.prot = e.version.covers(e.required) ? Prot::kRead : Prot::kNone;
+      space_.protect(a.page, 1, e.prot);
       // Still the home: apply what arrived during the offer, and answer the requests it
       // satisfies.
       apply_held_locked(a.page, e, &ready);
@@ -1494,7 +1754,7 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
     table_.notify(a.page);
   }
   for (ReadyReply& rr : ready) {
-    Status s = comm_.reply(rr.to, rr.payload);
+    Status s = send_page_reply(rr.to, std::move(rr.payload), rr.extras);
     if (!s) LOOM_WARN("answering a held request: {}", s.to_string());
   }
   send_entry_batches(msg::kForwardedDiffs, forward);

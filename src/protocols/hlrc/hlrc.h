@@ -93,7 +93,11 @@ struct Counters {
       // by the next barrier), dropped (arrived too old, or for a copy with local writes)
       pushes_sent{0}, pushes_installed{0}, pushes_used{0}, pushes_declined{0}, pushes_dropped{0},
       // home migration: empty diffs sent to tell a home who writes its page
-      write_hints{0};
+      write_hints{0},
+      // fetch-ahead and batched prefetch: extra pages installed here, and sent as a home
+      pages_ahead{0}, pages_sent_ahead{0},
+      // causal fetch: fetches whose copy was newer than this node's notices
+      causal_fetches{0};
 };
 
 class Hlrc final : public Protocol, public Consistency {
@@ -115,6 +119,16 @@ class Hlrc final : public Protocol, public Consistency {
     // last barrier a copy of it with the release, at most this many pages per node and barrier
     // (docs/protocols/hlrc.md#barrier-pushes). 0: off.
     uint32_t push_pages = 16;
+    // Causal fetch: a fetched copy that holds writes this node has no notice of is used only once
+    // the node has learned (and applied) its writers' notices, so that a racy reader sees what
+    // a pointer's writer wrote before it (docs/protocols/hlrc.md#causal-fetch). Off by default:
+    // data-race-free programs do not need it, and pages written by several nodes between
+    // barriers (EP's rows) pay a round trip per fetch for it.
+    bool causal_fetch = false;
+    // Fetch-ahead: a thread that faults on pages in ascending order gets up to this many of the
+    // following pages with the same request (readahead, docs/protocols/hlrc.md#fetch-ahead).
+    // 0: off.
+    uint32_t fetch_ahead = 8;
     // Test-only: a deliberately broken variant, so that the simulator's consistency checker can
     // be shown to catch it (loom-sim --mutant). Never set outside tests.
     enum class Mutant : uint8_t {
@@ -200,9 +214,16 @@ class Hlrc final : public Protocol, public Consistency {
   std::string dump_page(memory::PageId page) override;
 
  private:
+  // A page a request asks for besides its first one (fetch-ahead, batched prefetch): sent only
+  // if the home can answer it at once.
+  struct ExtraPage {
+    memory::PageId page;
+    memory::VersionVec need;
+  };
   struct HeldRequest {
     comm::ReplyTo to;
     memory::VersionVec need;
+    std::vector<ExtraPage> extras;
   };
   struct HeldDiff {
     uint32_t writer, interval, prev;
@@ -227,15 +248,34 @@ class Hlrc final : public Protocol, public Consistency {
   // acquire(): applies the stored notices not applied yet.
   void apply_unapplied();
   void apply_records(const std::vector<Record>& records);
+  // Pages an acquire prefetches from one home, in one request.
   struct Prefetch {
-    memory::PageId page;
     int32_t home;
-    std::vector<std::byte> request;
+    memory::PageId page;
+    memory::VersionVec need;
+    std::vector<ExtraPage> extras;
   };
   void start_prefetch(Prefetch p);
+  // Marks the pages after `page` that this node would fetch from `home` as being fetched, and
+  // returns them (at most `count`): invalid copies without local writes, of the same home.
+  std::vector<ExtraPage> claim_ahead(memory::PageId page, int32_t home, uint32_t count);
+  // The writers whose intervals in `stamp` are newer than this node's notices of them; sets
+  // `*unapplied` if some interval is newer than what this node's acquires have applied.
+  std::vector<uint32_t> writers_ahead(const memory::VersionVec& stamp,
+                                      bool* unapplied = nullptr) const;
+  // A copy with this stamp would show writes whose notices this node has not applied: installed
+  // only by a fault's fetch, which applies them first (causal fetch).
+  bool ahead_of_applied(const memory::VersionVec& stamp) const;
+  // Asks each of `writers` for the records this node lacks (hlrc.vt_query with a vector time)
+  // and stores them. Application threads.
+  void learn_notices(const std::vector<uint32_t>& writers);
+  // Installs the extra pages of a page reply (`r` after the first page's reply) that are still
+  // wanted, and releases the claim on every page of `asked`. Returns how many it installed.
+  size_t install_extras(ByteReader& r, const std::vector<ExtraPage>& asked, bool parsed);
   // Asks every node for its vector time and drops what all of them hold; tells them to as well.
   void collect_garbage();
-  void install_prefetched(memory::PageId page, const Status& status, comm::Buffer reply);
+  void install_prefetched(memory::PageId page, const std::vector<ExtraPage>& extras,
+                          const Status& status, comm::Buffer reply);
   // A copy of a page its home pushed with a barrier release, kept until an acquire installs it.
   struct PushedCopy {
     uint32_t from;  // the home that sent it
@@ -257,8 +297,9 @@ class Hlrc final : public Protocol, public Consistency {
   void decline_at_next_barrier(memory::PageId page, int32_t home);
   // After an acquire: the pushed copies no notice made it use (pages already invalid).
   void install_remaining_pushes();
-  // The page-request payload for `page` with what this node requires of it.
-  static std::vector<std::byte> page_request(memory::PageId page, const memory::VersionVec& need);
+  // The page-request payload for `page` with what this node requires of it, and the extra pages.
+  static std::vector<std::byte> page_request(memory::PageId page, const memory::VersionVec& need,
+                                             const std::vector<ExtraPage>& extras = {});
 
   Status on_page_request(comm::Incoming& in);
   Status on_diffs(comm::Incoming& in);
@@ -268,7 +309,16 @@ class Hlrc final : public Protocol, public Consistency {
   struct ReadyReply {
     comm::ReplyTo to;
     std::vector<std::byte> payload;
+    std::vector<ExtraPage> extras;  // appended when it is sent (append_extras)
   };
+  // Sends a page reply: the first page's part, then the extra pages the home can answer now.
+  Status send_page_reply(const comm::ReplyTo& to, std::vector<std::byte> payload,
+                         const std::vector<ExtraPage>& extras);
+  // Home side, under the page's stripe lock: a remote node `reader` gets a copy. A page never
+  // used here, or private, becomes shared (write-protected first). Returns true if the page was
+  // never used (all zeros).
+  bool share_locked(memory::PageId page, memory::PageEntry& e, comm::NodeId reader)
+      REQUIRES(table_.lock_of(page));
   void apply_diff_locked(memory::PageId page, memory::PageEntry& e, uint32_t writer,
                          uint32_t interval, uint32_t prev, std::span<const std::byte> diff,
                          std::vector<ReadyReply>* ready) REQUIRES(table_.lock_of(page));

@@ -373,11 +373,14 @@ void SlaveStart(void)
   ProcessId = Global->current_id++;
   UNLOCK(Global->CountLock);
 
-  Local[ProcessId].mybodytab = Local[0].mybodytab + maxmybody * ProcessId;
-  Local[ProcessId].mycelltab = Local[0].mycelltab + maxmycell * ProcessId;
-  Local[ProcessId].myleaftab = Local[0].myleaftab + maxmyleaf * ProcessId;
-  Local[ProcessId].tnow = Local[0].tnow;
-  Local[ProcessId].nstep = Local[0].nstep;
+  /* Process 0's own entry, which main filled in, is left as it is: others read it meanwhile. */
+  if (ProcessId != 0) {
+    Local[ProcessId].mybodytab = Local[0].mybodytab + maxmybody * ProcessId;
+    Local[ProcessId].mycelltab = Local[0].mycelltab + maxmycell * ProcessId;
+    Local[ProcessId].myleaftab = Local[0].myleaftab + maxmyleaf * ProcessId;
+    Local[ProcessId].tnow = Local[0].tnow;
+    Local[ProcessId].nstep = Local[0].nstep;
+  }
   Local[ProcessId].myn2bcalc = Local[ProcessId].mynbccalc = Local[ProcessId].myselfint = 0;
 
   find_my_initial_bodies(ProcessId);

@@ -342,6 +342,9 @@ int main(int argc, char *argv[])
       bad = 1;
     }
   }
+  free(tlo);
+  free(thi);
+  free(dft);
 
   if (test_result) {
     ck3 = CheckSum(x);

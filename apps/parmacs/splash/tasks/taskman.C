@@ -20,7 +20,7 @@ void init_taskq(void)
     tq->free = &task_buf[idx];
     tq->n_free = n;
     tq->top = tq->tail = NULL;
-    tq->n_tasks = 0;
+    QLEN_SET(tq, 0);
     LOCKINIT(tq->q_lock);
     LOCKINIT(tq->f_lock);
     idx += n;
@@ -37,15 +37,15 @@ void enqueue_task(long qid, Task *task, long mode, long process_id)
   LOCK(tq->q_lock);
   if (tq->tail == NULL) {
     tq->top = tq->tail = task;
-    tq->n_tasks = 1;
+    QLEN_SET(tq, 1);
   } else if (mode == TASK_APPEND) {
     tq->tail->next = task;
     tq->tail = task;
-    tq->n_tasks++;
+    QLEN_SET(tq, QLEN(tq) + 1);
   } else {
     task->next = tq->top;
     tq->top = task;
-    tq->n_tasks++;
+    QLEN_SET(tq, QLEN(tq) + 1);
   }
   UNLOCK(tq->q_lock);
 }
@@ -61,7 +61,7 @@ static Task *dequeue_task(long qid, long process_id)
 
   while (visit < n_processors) {
     tq = &global_mem->task_queue[qid];
-    if (tq->n_tasks > 0) {
+    if (QLEN(tq) > 0) {
       task_struct[process_id].locks_queue++;
       LOCK(tq->q_lock);
       if (tq->top != NULL) {
@@ -69,7 +69,7 @@ static Task *dequeue_task(long qid, long process_id)
           t = tq->top;
           tq->top = t->next;
           if (tq->top == NULL) tq->tail = NULL;
-          tq->n_tasks--;
+          QLEN_SET(tq, QLEN(tq) - 1);
         } else {
           for (prev = NULL, t = tq->top; t->next != NULL; prev = t, t = t->next) {
           }
@@ -78,7 +78,7 @@ static Task *dequeue_task(long qid, long process_id)
           else
             prev->next = NULL;
           tq->tail = prev;
-          tq->n_tasks--;
+          QLEN_SET(tq, QLEN(tq) - 1);
           task_struct[process_id].tasks_stolen++;
         }
       }
@@ -243,7 +243,7 @@ void create_ff_refine_task(Element *e1, Element *e2, long level, long process_id
   Task_Queue *tq = &global_mem->task_queue[process_id];
   Task *t;
 
-  if (tq->n_tasks > TASKQ_TOO_LONG) {
+  if (QLEN(tq) > TASKQ_TOO_LONG) {
     Task local;
     local.task_type = TASK_REFINE;
     local.e1 = e1;
