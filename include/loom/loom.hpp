@@ -37,10 +37,15 @@ bool initialized();
 int node_id();
 int num_nodes();
 
+namespace detail {
+// finalize(), saying that a loom::Session ended (in messages of a job that fails because of it).
+void end_session();
+}  // namespace detail
+
 class Session {
  public:
   Session(int* argc = nullptr, char*** argv = nullptr) { init(argc, argv); }
-  ~Session() { finalize(); }
+  ~Session() { detail::end_session(); }
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 };

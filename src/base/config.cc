@@ -53,6 +53,16 @@ const ConfigRow kRows[] = {
     {"MONITOR_PEERS", ConfigType::kInt, "4",
      "Each node watches this many preceding ranks (and heartbeats as many following ones).", "", 1,
      1024},
+    {"STARTUP_TIMEOUT_MS", ConfigType::kInt, "60000",
+     "Start-up (bootstrap and connection set-up): a node that does not reach its next start-up "
+     "step this long after its previous one (or after it was started) is declared failed, and "
+     "the job stops naming it and the step (ms).",
+     "", 100, 86400000},
+    {"SHUTDOWN_TIMEOUT_MS", ConfigType::kInt, "10000",
+     "Shutdown: once every node has finished (the first shutdown barrier), a node that does not "
+     "reach the next shutdown step within this is declared failed, and a node whose own "
+     "shutdown takes longer stops itself (ms).",
+     "", 100, 86400000},
     {"MAX_INFLIGHT", ConfigType::kInt, "256",
      "Flow control: unfinished sends per peer before a sending application thread waits.", "", 1,
      1 << 20},
@@ -121,6 +131,10 @@ const ConfigRow kRows[] = {
      "place cyclically).",
      "", 0, 1 << 20},
     {"BOOT_ADDR", ConfigType::kString, "", "Set by loomrun: its bootstrap socket.", "", 0, 0, true},
+    {"FAULT_INJECT", ConfigType::kString, "",
+     "Tests only: 'RANK:POINT:ACTION' makes node RANK kill, stop or exit itself at a point of its "
+     "start-up or shutdown (runtime/fault_inject.h).",
+     "", 0, 0, true},
     {"JOB_TOKEN", ConfigType::kString, "", "Set by loomrun: the job's random token.", "", 0, 0,
      true},
     {"RANK", ConfigType::kInt, "-1", "Set by loomrun: this node's rank.", "", -1, 1 << 24, true},

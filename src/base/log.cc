@@ -1,5 +1,7 @@
 #include "base/log.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -51,6 +53,18 @@ void write_line(std::string_view tag, std::string_view msg) {
   }
 }
 
+constexpr unsigned kDumpSeconds = 3;
+
+void on_dump_alarm(int) {
+  static const char kMsg[] =
+      "loom: a state dumper did not finish within 3 s (it waits for a lock the failing thread "
+      "holds?); aborting without the rest of the dump\n";
+  ssize_t n = ::write(STDERR_FILENO, kMsg, sizeof kMsg - 1);
+  (void)n;
+  ::signal(SIGABRT, SIG_DFL);
+  std::abort();
+}
+
 }  // namespace
 
 void set_rank(int rank) { g_rank.store(rank, std::memory_order_relaxed); }
@@ -79,6 +93,19 @@ void remove_state_dumper(int id) {
 void fatal(std::string_view msg) {
   write_line("fatal", msg);
   auto& d = dumpers();
+  // why: a dumper must never block the abort. Dumpers try-lock what they print, but the check
+  // that failed may hold a lock that some dumper takes (the failing thread holds it: a plain
+  // lock would deadlock). So the dumpers run under an alarm: if they have not finished within
+  // kDumpSeconds, the process aborts from the alarm's handler.
+  struct sigaction sa {};
+  sa.sa_handler = on_dump_alarm;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGALRM, &sa, nullptr);
+  sigset_t alrm;
+  sigemptyset(&alrm);
+  sigaddset(&alrm, SIGALRM);
+  ::pthread_sigmask(SIG_UNBLOCK, &alrm, nullptr);
+  ::alarm(kDumpSeconds);
   // try_lock: a dumper that itself fails must not deadlock the abort.
   if (d.mu.try_lock()) {
     for (auto& [id, fn] : d.fns) fn();

@@ -101,14 +101,27 @@ void Comm::register_system_types() {
   s = registry_.add(
       sys_msg::kAbort, "abort",
       [this](Incoming& in) {
-        std::string reason(reinterpret_cast<const char*>(in.payload().data()), in.payload().size());
+        // u32 culprit (kNoNode: the sender itself), then the reason as text.
+        auto p = in.payload();
+        if (p.size() < sizeof(NodeId)) return Status::malformed("abort: shorter than 4 bytes");
+        NodeId culprit;
+        std::memcpy(&culprit, p.data(), sizeof culprit);
+        if (culprit >= size_) culprit = in.src();
+        std::string reason(reinterpret_cast<const char*>(p.data()) + sizeof culprit,
+                           p.size() - sizeof culprit);
         aborted_by_peer_.store(true, std::memory_order_release);
         report_fatal(
-            Status::peer_failed(fmt::format("node {} stopped the job: {}", in.src(), reason)));
+            Status::peer_failed(fmt::format("node {} stopped the job: {}", in.src(), reason)),
+            culprit);
         return Status::ok();
       },
       [](std::span<const std::byte> p) {
-        return std::string(reinterpret_cast<const char*>(p.data()), p.size());
+        if (p.size() < sizeof(NodeId)) return hex_preview(p);
+        NodeId culprit;
+        std::memcpy(&culprit, p.data(), sizeof culprit);
+        return fmt::format("culprit={} {}", static_cast<int64_t>(culprit == kNoNode ? -1 : culprit),
+                           std::string(reinterpret_cast<const char*>(p.data()) + sizeof culprit,
+                                       p.size() - sizeof culprit));
       });
   LOOM_CHECK(s.is_ok(), "{}", s.to_string());
   s = registry_.add(sys_msg::kRegionKey, "region_key", [this](Incoming& in) -> Status {
@@ -136,8 +149,9 @@ void Comm::set_fatal_handler(std::function<void(const Status&)> fn, bool ends_pr
   fatal_handler_ = std::move(fn);
 }
 
-void Comm::report_fatal(const Status& why) {
+void Comm::report_fatal(const Status& why, NodeId culprit) {
   if (failed_.exchange(true, std::memory_order_acq_rel)) return;  // the first reason wins
+  culprit_.store(culprit, std::memory_order_release);
   std::function<void(const Status&)> fn;
   {
     MutexLock lock(fatal_mu_);
@@ -376,7 +390,7 @@ void Comm::complete_reply(const WireHeader& h, std::span<const std::byte> payloa
     }
   }
   if (!misrouted.is_ok()) {
-    report_fatal(misrouted);  // outside pending_mu_: the handler may do anything
+    report_fatal(misrouted, h.src);  // outside pending_mu_: the handler may do anything
     return;
   }
   if (defer) {
@@ -396,15 +410,20 @@ void Comm::complete_reply(const WireHeader& h, std::span<const std::byte> payloa
 void Comm::dispatch(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned) {
   const MsgTypeInfo* info = registry_.find(h.type);
   if (info == nullptr || !info->handler) {
-    report_fatal(Status::malformed(fmt::format(
-        "node {} sent a message of unknown type {} ({} bytes)", h.src, h.type, payload.size())));
+    report_fatal(
+        Status::malformed(fmt::format("node {} sent a message of unknown type {} ({} bytes)", h.src,
+                                      h.type, payload.size())),
+        h.src);
     return;
   }
   Incoming in(h, payload, owned);
   Status s = info->handler(in);
   if (!s) {
-    report_fatal(Status::malformed(
-        fmt::format("bad '{}' message from node {}: {}", info->name, h.src, s.to_string())));
+    // The handler's code is kept (a malformed payload, or a peer that failed the job's rules),
+    // and the sender is the culprit.
+    report_fatal(Status(s.code(), fmt::format("bad '{}' message from node {}: {}", info->name,
+                                              h.src, s.to_string())),
+                 h.src);
   }
 }
 
@@ -492,7 +511,7 @@ void Comm::on_peer_failure(NodeId node, const Status& why) {
   // the handler runs on another thread): report_fatal returns at once then, and with a handler
   // that ends the process the requests must not fail either (measured: a kill -9 test's
   // program printed its call's failure before the process ended).
-  report_fatal(why);
+  report_fatal(why, node);
   if (fatal_ends_process_.load(std::memory_order_acquire)) return;
   fail_pending_to(node, why);
 }

@@ -77,7 +77,11 @@ class Comm final : private TransportSink, public Poller {
   // of failing their requests, so no application thread sees a half-failed job.
   void set_fatal_handler(std::function<void(const Status&)> fn, bool ends_process = false);
   // Reports a fatal condition found elsewhere (e.g. the launcher said a node failed).
-  void report_fatal(const Status& why);
+  // `culprit`: the node whose failure this is (a peer that died or sent a malformed message),
+  // kNoNode if it is this node's own or unknown. The runtime names it to the launcher.
+  void report_fatal(const Status& why, NodeId culprit = kNoNode);
+  // The culprit of the first fatal report (valid once failed()).
+  NodeId culprit() const { return culprit_.load(std::memory_order_acquire); }
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   // True if the job failed because another node sent an abort (it has told the others).
   bool aborted_by_peer() const { return aborted_by_peer_.load(std::memory_order_acquire); }
@@ -235,6 +239,7 @@ class Comm final : private TransportSink, public Poller {
   std::unordered_map<RegionId, uint32_t> region_keys_ GUARDED_BY(regions_mu_);
 
   std::atomic<bool> failed_{false};
+  std::atomic<NodeId> culprit_{kNoNode};
   std::atomic<bool> aborted_by_peer_{false};
   std::atomic<bool> shutting_down_{false};
   std::atomic<int64_t> app_loom_ns_{0};

@@ -228,6 +228,7 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const Options& option
 
 UcxTransport::~UcxTransport() {
   close(1000);
+  if (context_ == nullptr) return;
   {
     MutexLock lock(worker_mu_);
     for (auto& [id, memh] : local_regions_) ucp_mem_unmap(context_, memh);
@@ -648,6 +649,8 @@ void UcxTransport::watch_waiter_lane(bool on) {
 
 void UcxTransport::close(int timeout_ms) {
   if (closing_.exchange(true)) return;
+  // note: create() may have failed before the workers existed (an unusable LOOM_TRANSPORTS).
+  if (worker_ == nullptr) return;
   WorkerLock lock(this);
   int64_t deadline = now_ns() + int64_t{timeout_ms} * 1000000;
   // Flush what is in flight, then close every endpoint.

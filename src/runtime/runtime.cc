@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -13,11 +15,14 @@
 #include "base/log.h"
 #include "loom/loom.h"
 #include "loom/loom.hpp"
+#include "runtime/fault_inject.h"
 #include "runtime/parmacs.h"
 #include "runtime/stop_signals.h"
 
 namespace loom::runtime {
 namespace {
+
+namespace boot = comm::boot;
 
 std::unique_ptr<Runtime> g_runtime;
 // The runtime a stop signal reports on (the stop-signal thread is not ordered with init and
@@ -25,6 +30,25 @@ std::unique_ptr<Runtime> g_runtime;
 Mutex g_stop_mu;
 Runtime* g_stop_target GUARDED_BY(g_stop_mu) = nullptr;
 memory::AddressSpace::StaticSegment g_program_data;
+FaultInject g_inject;
+// Set by the on_exit handler: the process is exiting with this status.
+std::atomic<bool> g_exiting{false};
+std::atomic<int> g_exit_status{0};
+
+// The runtime's own message types (the runtime range; PARMACS uses 224..228).
+constexpr comm::MsgType kLeavingMsg = comm::msg_range::kRuntime + 16;
+
+std::string_view leave_words(Leave how) {
+  switch (how) {
+    case Leave::kFinalize:
+      return "called loom::finalize";
+    case Leave::kSession:
+      return "ended its loom::Session (returned from main?)";
+    case Leave::kExit0:
+      return "exited with status 0 without loom::finalize";
+  }
+  return "left";
+}
 
 log::Level parse_level(const std::string& s) {
   if (s == "error") return log::Level::kError;
@@ -49,6 +73,9 @@ std::unique_ptr<Runtime> Runtime::start() {
     mallopt(M_MMAP_THRESHOLD, 4 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
   }
+  Result<FaultInject> inject = FaultInject::parse(rt->config_.get_string("FAULT_INJECT"));
+  if (!inject) log::die(kExitConfig, inject.status().message());
+  g_inject = *inject;
   int64_t hb = rt->config_.get_int("HEARTBEAT_MS"),
           timeout = rt->config_.get_int("PEER_TIMEOUT_MS");
   if (timeout < 2 * hb)
@@ -57,6 +84,8 @@ std::unique_ptr<Runtime> Runtime::start() {
                          "healthy peers would be declared failed",
                          timeout, hb));
 
+  g_inject.at("boot", -1);
+  const int64_t startup_ms = rt->config_.get_int("STARTUP_TIMEOUT_MS");
   Result<std::unique_ptr<comm::Bootstrap>> boot = comm::make_bootstrap(rt->config_);
   if (!boot) log::die(kExitJobFailed, "cannot join the job: " + boot.status().to_string());
   rt->bootstrap_ = std::move(*boot);
@@ -68,18 +97,30 @@ std::unique_ptr<Runtime> Runtime::start() {
   topts.err_handling = rt->config_.get_bool("UCX_ERR_HANDLING");
   Result<std::unique_ptr<comm::UcxTransport>> transport = comm::UcxTransport::create(topts);
   if (!transport) {
-    rt->bootstrap_->abort_job(transport.status().to_string());
-    log::die(kExitJobFailed, "cannot start the network: " + transport.status().to_string());
+    // An unusable LOOM_TRANSPORTS or LOOM_NET_DEVICES is bad configuration (and the same on
+    // every node); anything else means the network could not start here.
+    int code =
+        transport.status().code() == StatusCode::kInvalidArgument ? kExitConfig : kExitJobFailed;
+    std::string why = "cannot start the network: " + transport.status().message();
+    rt->bootstrap_->abort_job(why);
+    log::die(code, why);
   }
   rt->transport_ = std::move(*transport);
 
-  Result<std::vector<std::string>> addresses =
-      rt->bootstrap_->allgather(rt->transport_->local_address());
+  Result<std::vector<std::string>> addresses = rt->bootstrap_->allgather(
+      rt->transport_->local_address(),
+      {boot::Step::kStartup, "the address exchange (bootstrap)", startup_ms, startup_ms});
   if (!addresses)
     log::die(kExitJobFailed, "address exchange failed: " + addresses.status().to_string());
+  g_inject.at("setup", static_cast<int>(rt->bootstrap_->rank()));
   if (Status s = rt->transport_->connect(rt->bootstrap_->rank(), *addresses); !s) {
-    rt->bootstrap_->abort_job(s.to_string());
-    log::die(kExitJobFailed, s.to_string());
+    // why: a peer that died meanwhile breaks endpoints to other nodes too (their shared memory
+    // goes with it), so the launcher's word on who failed is the better explanation, if it has
+    // one; it comes within moments.
+    std::string why = s.to_string();
+    if (Status b = rt->bootstrap_->await_failure(1000); !b) why = b.message();
+    rt->bootstrap_->abort_job(why);
+    log::die(kExitJobFailed, why);
   }
 
   uint16_t tag = comm::job_tag_of(rt->bootstrap_->job_token());
@@ -90,6 +131,7 @@ std::unique_ptr<Runtime> Runtime::start() {
                                /*ends_process=*/true);
 
   rt->start_memory();
+  rt->register_runtime_messages();
 
   comm::ServerThread::Options sopts;
   sopts.spin_ns = rt->config_.get_int("SPIN_US") * 1000;
@@ -112,9 +154,18 @@ std::unique_ptr<Runtime> Runtime::start() {
     MutexLock l(g_stop_mu);
     g_stop_target = raw;
   }
-  if (Status s = rt->bootstrap_->barrier(); !s)
+  if (Status s = rt->bootstrap_->barrier(
+          {boot::Step::kStartupLast, "the start-up barrier (set-up)", startup_ms, 0});
+      !s)
     log::die(kExitJobFailed, "start-up barrier failed: " + s.to_string());
+  on_exit([](int status, void*) { Runtime::process_exiting(status); }, nullptr);
+  g_inject.at("run", static_cast<int>(rt->rank()));
   return rt;
+}
+
+void Runtime::process_exiting(int status) {
+  g_exit_status.store(status, std::memory_order_relaxed);
+  g_exiting.store(true, std::memory_order_release);
 }
 
 Runtime::~Runtime() {
@@ -122,23 +173,135 @@ Runtime::~Runtime() {
     MutexLock l(g_stop_mu);
     if (g_stop_target == this) g_stop_target = nullptr;
   }
+  if (!stopped_ && g_exiting.load(std::memory_order_acquire)) {
+    int status = g_exit_status.load(std::memory_order_relaxed);
+    if (status != 0) {
+      // The program ended with an error while the job runs: this node has failed, with its own
+      // status (loomrun then returns it).
+      fatal_exit_code_.store(status, std::memory_order_relaxed);
+      comm_->report_fatal(Status::peer_failed(
+          fmt::format("node {} exited with status {} without loom::finalize", rank(), status)));
+    }
+    stop(Leave::kExit0);
+  }
   stop();
+  stop_shutdown_watchdog();
 }
 
-void Runtime::stop() {
+void Runtime::register_runtime_messages() {
+  Status s = comm_->registry().add(
+      kLeavingMsg, "runtime.leaving",
+      [this](comm::Incoming& in) { return on_peer_leaving(in.src(), in.payload()); },
+      [](std::span<const std::byte> p) { return fmt::format("{} bytes", p.size()); });
+  LOOM_CHECK(s.is_ok(), "registering runtime.leaving: {}", s.to_string());
+  barriers_->set_stranded_handler([this](comm::NodeId left, uint64_t id, uint64_t episode) {
+    std::string how = "left the job";
+    {
+      MutexLock l(leaving_mu_);
+      if (auto it = leaving_how_.find(left); it != leaving_how_.end()) how = it->second;
+    }
+    comm_->report_fatal(
+        Status::peer_failed(fmt::format(
+            "node {} {} while node {} waits at barrier {:#x} (episode {}), which node {} never "
+            "reached",
+            left, how, rank(), id, episode, left)),
+        left);
+  });
+}
+
+// runtime.leaving: u32 length + the words saying how the node leaves, u32 n, then n x {u64
+// barrier id, u64 episodes completed}.
+Status Runtime::on_peer_leaving(comm::NodeId from, std::span<const std::byte> payload) {
+  protocols::ByteReader r(payload);
+  uint32_t len, n;
+  std::span<const std::byte> words;
+  if (!r.u32(&len) || !r.bytes(len, &words) || len > 256 || !r.u32(&n) || n > r.left() / 16)
+    return Status::malformed("runtime.leaving: bad header");
+  std::vector<std::pair<uint64_t, uint64_t>> episodes(n);
+  for (auto& [id, count] : episodes)
+    if (!r.u64(&id) || !r.u64(&count)) return Status::malformed("runtime.leaving: truncated");
+  if (r.left() != 0) return Status::malformed("runtime.leaving: trailing bytes");
+  {
+    MutexLock l(leaving_mu_);
+    leaving_how_[from] = std::string(reinterpret_cast<const char*>(words.data()), words.size());
+  }
+  barriers_->peer_left(from, episodes);
+  return Status::ok();
+}
+
+void Runtime::start_shutdown_watchdog(int64_t ms) {
+  watchdog_ = std::thread([this, ms] {
+    MutexLock l(watchdog_mu_);
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (!watchdog_done_)
+      if (watchdog_cv_.wait_until(watchdog_mu_, until) == std::cv_status::timeout) break;
+    if (watchdog_done_) return;
+    std::fflush(stdout);
+    log::die(kExitJobFailed,
+             fmt::format("the shutdown did not finish within {} ms (LOOM_SHUTDOWN_TIMEOUT_MS; it "
+                         "was {}): stopping this node",
+                         ms, shutdown_doing_.load(std::memory_order_relaxed)));
+  });
+}
+
+void Runtime::stop_shutdown_watchdog() {
+  if (!watchdog_.joinable()) return;
+  {
+    MutexLock l(watchdog_mu_);
+    watchdog_done_ = true;
+  }
+  watchdog_cv_.notify_all();
+  watchdog_.join();
+}
+
+void Runtime::stop(Leave how) {
   if (stopped_) return;
   stopped_ = true;
+  const int64_t shutdown_ms = config_.get_int("SHUTDOWN_TIMEOUT_MS");
+  // Tell the others that this node leaves, with the barrier episodes it completed: a peer that
+  // waits at a barrier episode this node never reached would otherwise wait forever.
+  {
+    std::string_view words = leave_words(how);
+    std::vector<std::byte> payload;
+    protocols::ByteWriter w(&payload);
+    w.u32(static_cast<uint32_t>(words.size()));
+    w.bytes(std::as_bytes(std::span<const char>(words.data(), words.size())));
+    auto episodes = barriers_->episodes();
+    w.u32(static_cast<uint32_t>(episodes.size()));
+    for (const auto& [id, count] : episodes) {
+      w.u64(id);
+      w.u64(count);
+    }
+    for (comm::NodeId p = 0; p < size(); ++p)
+      if (p != rank() && comm_->peer_alive(p)) (void)comm_->send(p, kLeavingMsg, payload);
+  }
   // note: two barriers. After the first every node has finished its work; after the second no
-  // node still watches its peers, so closing connections cannot look like a failure.
-  if (Status s = bootstrap_->barrier(); !s) comm_->report_fatal(s);
+  // node still watches its peers, so closing connections cannot look like a failure. The first
+  // waits for nodes that still compute (heartbeats go on); from then on every step is bounded.
+  if (Status s = bootstrap_->barrier(
+          {boot::Step::kShutdown, "shutdown barrier 1 (loom::finalize)", 0, shutdown_ms});
+      !s)
+    comm_->report_fatal(s);
+  start_shutdown_watchdog(2 * shutdown_ms);
+  g_inject.at("shutdown", static_cast<int>(rank()));
   comm_->begin_shutdown();
-  if (Status s = bootstrap_->barrier(); !s) comm_->report_fatal(s);
+  shutdown_doing_ = "waiting at shutdown barrier 2";
+  if (Status s = bootstrap_->barrier(
+          {boot::Step::kShutdownLast, "shutdown barrier 2", shutdown_ms, shutdown_ms});
+      !s)
+    comm_->report_fatal(s);
+  g_inject.at("exit", static_cast<int>(rank()));
+  shutdown_doing_ = "stopping the server thread";
   server_->stop();
   memory::uninstall_fault_handler();
   if (dumper_id_ >= 0) log::remove_state_dumper(dumper_id_);
+  shutdown_doing_ = "closing the network";
   transport_->close(2000);
+  shutdown_doing_ = "writing the statistics (LOOM_STATS, LOOM_STATS_JSON)";
   report_stats();
+  shutdown_doing_ = "saying goodbye to the launcher";
   bootstrap_->finish(0);
+  stop_shutdown_watchdog();
 }
 
 void Runtime::start_memory() {
@@ -224,8 +387,14 @@ void Runtime::start_memory() {
     LOOM_CHECK(s.is_ok(), "registering message types: {}", s.to_string());
   if (Status s = memory::install_fault_handler(space_.get(), platform_.get()); !s)
     log::die(kExitJobFailed, s.to_string());
+  // note: a dumper never blocks (it runs on the fatal path, maybe under the lock it would take).
   dumper_id_ = log::add_state_dumper([this] {
-    std::fprintf(stderr, "loom[%u] notices stored: %zu\n", comm_->rank(), hlrc_->stored_records());
+    std::optional<size_t> n = hlrc_->try_stored_records();
+    if (n)
+      std::fprintf(stderr, "loom[%u] notices stored: %zu\n", comm_->rank(), *n);
+    else
+      std::fprintf(stderr, "loom[%u] notices stored: (not read: their lock is held)\n",
+                   comm_->rank());
   });
 }
 
@@ -394,10 +563,13 @@ void Runtime::on_fatal(const Status& why) {
   // Runs once, on whichever thread found the problem (often the server thread).
   std::string reason = why.message().empty() ? why.to_string() : why.message();
   LOOM_ERROR("{}", reason);
+  const comm::NodeId culprit = comm_->culprit();
   // Tell the others, unless they told us (then they know).
   if (!comm_->aborted_by_peer()) {
     std::string text = fmt::format("node {}: {}", comm_->rank(), reason);
-    auto bytes = std::as_bytes(std::span<const char>(text.data(), text.size()));
+    std::vector<std::byte> bytes(sizeof culprit + text.size());
+    std::memcpy(bytes.data(), &culprit, sizeof culprit);
+    std::memcpy(bytes.data() + sizeof culprit, text.data(), text.size());
     for (comm::NodeId p = 0; p < comm_->size(); ++p)
       if (p != comm_->rank() && comm_->peer_alive(p))
         (void)comm_->send(p, comm::sys_msg::kAbort, bytes);
@@ -408,13 +580,12 @@ void Runtime::on_fatal(const Status& why) {
       if (!transport_->try_progress()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  bootstrap_->abort_job(reason);
+  bootstrap_->abort_job(reason, culprit);
   std::fflush(stdout);
   // The counters so far, marked partial: also when the job is being stopped (a launcher's
   // SIGTERM reaches the nodes one after another, and this node may learn that a peer is gone
-  // before its own stop-signal thread runs).
-  // On a thread of its own, waited for at most a second: this thread may hold a lock the
-  // counters take.
+  // before its own stop-signal thread runs). On a thread of its own, waited for at most a
+  // second: this thread may hold a lock the counters take.
   auto done = std::make_shared<std::promise<void>>();
   std::future<void> reported = done->get_future();
   std::thread([this, done, why = fmt::format("job failed: {}", reason)] {
@@ -422,7 +593,7 @@ void Runtime::on_fatal(const Status& why) {
     done->set_value();
   }).detach();
   (void)reported.wait_for(std::chrono::seconds(1));
-  log::die(kExitJobFailed, "stopping: the job failed");
+  log::die(fatal_exit_code_.load(std::memory_order_relaxed), "stopping: the job failed");
 }
 
 Runtime& current() {
@@ -451,6 +622,14 @@ void finalize() {
   runtime::g_runtime->stop();
   runtime::g_runtime.reset();
 }
+
+namespace detail {
+void end_session() {
+  if (runtime::g_runtime == nullptr) return;
+  runtime::g_runtime->stop(runtime::Leave::kSession);
+  runtime::g_runtime.reset();
+}
+}  // namespace detail
 
 bool initialized() { return runtime::g_runtime != nullptr; }
 int node_id() {

@@ -8,9 +8,14 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <map>
 #include <memory>
+#include <string>
+#include <thread>
 
 #include "base/config.h"
+#include "base/thread_annotations.h"
 #include "comm/bootstrap/bootstrap.h"
 #include "comm/comm.h"
 #include "comm/server_thread.h"
@@ -31,15 +36,29 @@ namespace loom::runtime {
 inline constexpr int kExitConfig = 2;     // bad configuration or arguments
 inline constexpr int kExitJobFailed = 3;  // the job could not form, or another node failed
 
+// How a node leaves the job (its words in the others' messages, docs/comm.md).
+enum class Leave {
+  kFinalize,  // loom::finalize()
+  kSession,   // the end of a loom::Session (main returned, usually)
+  kExit0,     // exit(0) or a return from main without loom::finalize
+};
+
 class Runtime {
  public:
   // Starts the node; on failure prints the reason and exits (kExitConfig / kExitJobFailed).
   static std::unique_ptr<Runtime> start();
+  // Destroyed at exit without a finalize: exit(0) leaves the job like finalize (a collective
+  // end); any other status fails the job with that status (see process_exiting).
   ~Runtime();
 
-  // Orderly shutdown: barrier, stop watching peers, barrier, stop the server, close the network,
-  // print/write the counters. Collective.
-  void stop();
+  // Orderly shutdown: tell the others this node leaves, barrier, stop watching peers, barrier,
+  // stop the server, close the network, print/write the counters. Collective. A node that
+  // leaves while another waits at a barrier it never reached fails the job (its peers find
+  // it: BarrierService::peer_left), and so does one whose shutdown exceeds
+  // LOOM_SHUTDOWN_TIMEOUT_MS.
+  void stop(Leave how = Leave::kFinalize);
+  // The process is exiting with `status` (an on_exit handler), before the runtime is destroyed.
+  static void process_exiting(int status);
 
   const Config& config() const { return config_; }
   comm::Bootstrap& bootstrap() { return *bootstrap_; }
@@ -68,6 +87,12 @@ class Runtime {
  private:
   Runtime() = default;
   void on_fatal(const Status& why);
+  // The runtime.leaving message: node `from` leaves (how, and its barrier episodes).
+  Status on_peer_leaving(comm::NodeId from, std::span<const std::byte> payload);
+  void register_runtime_messages();
+  // Ends the process if stop() has not finished within `ms` (a thread that waits for it).
+  void start_shutdown_watchdog(int64_t ms);
+  void stop_shutdown_watchdog();
   // Prints (LOOM_STATS) and writes (LOOM_STATS_JSON) the counters; see stats_json.
   void report_stats(std::string_view stopped_by = {});
   void on_stop_signal(int sig);
@@ -90,6 +115,18 @@ class Runtime {
   std::unique_ptr<sync::ObjectService> objects_;
   int dumper_id_ = -1;
   bool stopped_ = false;
+  // The status on_fatal exits with: kExitJobFailed, or the program's exit status when the job
+  // fails because the program exited without loom::finalize.
+  std::atomic<int> fatal_exit_code_{kExitJobFailed};
+  // What the shutdown is doing (for the watchdog's message); the watchdog itself.
+  std::atomic<const char*> shutdown_doing_{""};
+  Mutex watchdog_mu_;
+  std::condition_variable_any watchdog_cv_;
+  bool watchdog_done_ GUARDED_BY(watchdog_mu_) = false;
+  std::thread watchdog_;
+  // How each node that left said it left (runtime.leaving), for the stranded barrier's message.
+  Mutex leaving_mu_;
+  std::map<comm::NodeId, std::string> leaving_how_ GUARDED_BY(leaving_mu_);
   std::atomic<bool> stats_reported_{false};  // report_stats() ran (it runs once)
 };
 

@@ -99,11 +99,13 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
   std::vector<std::byte> payload;
   uint64_t episode;
   comm::ReplyTo solicited;
+  std::optional<Stranded> stranded;
   {
     MutexLock l(mu_);
     NodeBarrier& nb = bars_[id];
     if (nb.base.empty()) nb.base.assign(nodes_, 0);
     nb.waiters.push_back(&w);
+    stranded = stranded_locked(id, nb.episode);
     episode = nb.episode;
     solicited = nb.solicited;  // the node's first arrival answers the solicitation
     nb.solicited = {};
@@ -118,6 +120,7 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
     consistency_.write_notices_for(nb.base, bw);
     write_mail(bw, mail);
   }
+  if (stranded) report_stranded({*stranded});
   counters_.waits.fetch_add(1, std::memory_order_relaxed);
   int64_t t0 = comm::now_ns();
   comm::NodeId mgr = manager_of(id, nodes_);
@@ -155,6 +158,53 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
     consistency_.collect();
     counters_.collections.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+void BarrierService::set_stranded_handler(
+    std::function<void(comm::NodeId, uint64_t, uint64_t)> stranded) {
+  stranded_ = std::move(stranded);
+}
+
+std::optional<BarrierService::Stranded> BarrierService::stranded_locked(uint64_t id,
+                                                                        uint64_t episode) const {
+  for (const auto& [node, done] : left_) {
+    auto it = done.find(id);
+    uint64_t completed = it == done.end() ? 0 : it->second;
+    // note: a node that completed `episode` got its release, so this node's release is on its
+    // way; one that did not can no longer arrive.
+    if (completed <= episode) return Stranded{node, id, episode};
+  }
+  return std::nullopt;
+}
+
+void BarrierService::report_stranded(const std::vector<Stranded>& found) {
+  if (!stranded_) return;
+  for (const Stranded& s : found) stranded_(s.left, s.id, s.episode);
+}
+
+void BarrierService::peer_left(comm::NodeId left,
+                               const std::vector<std::pair<uint64_t, uint64_t>>& episodes) {
+  std::vector<Stranded> found;
+  {
+    MutexLock l(mu_);
+    auto& done = left_[left];
+    for (const auto& [id, n] : episodes) done[id] = n;
+    for (const auto& [id, nb] : bars_) {
+      if (nb.waiters.empty()) continue;
+      auto it = done.find(id);
+      if ((it == done.end() ? 0 : it->second) <= nb.episode)
+        found.push_back(Stranded{left, id, nb.episode});
+    }
+  }
+  report_stranded(found);
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> BarrierService::episodes() const {
+  MutexLock l(mu_);
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  out.reserve(bars_.size());
+  for (const auto& [id, nb] : bars_) out.emplace_back(id, nb.episode);
+  return out;
 }
 
 void BarrierService::serve_solicited(uint64_t id, uint64_t episode) {

@@ -39,8 +39,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -68,6 +70,18 @@ class BarrierService {
 
   // REQUIRES: has_tag(id, kBarrierTag), count >= nodes (the API layer checks).
   void wait(uint64_t id, uint32_t count);
+
+  // Leaving nodes (docs/comm.md, "A node that leaves early"). Every episode needs a thread of
+  // every node, so once node `left` has left the job (loom::finalize, or its process is ending)
+  // having completed `episodes` (barrier id -> episodes it completed), a thread of this node that
+  // waits, or comes to wait, at an episode that node never reached can never be released. Then
+  // `stranded(left, id, episode)` is called instead of letting it hang, once per barrier, on the
+  // thread that found it (the server thread, or the waiting thread; it must not block).
+  void set_stranded_handler(std::function<void(comm::NodeId, uint64_t, uint64_t)> stranded);
+  void peer_left(comm::NodeId left, const std::vector<std::pair<uint64_t, uint64_t>>& episodes);
+  // The episodes this node has completed, per barrier it has used: what it tells the others when
+  // it leaves.
+  std::vector<std::pair<uint64_t, uint64_t>> episodes() const;
 
   const BarrierCounters& counters() const { return counters_; }
 
@@ -126,8 +140,19 @@ class BarrierService {
   const uint64_t num_pages_;
   BarrierCounters counters_;
 
-  Mutex mu_;
+  // A barrier this node waits at, at an episode a node that left never reached.
+  struct Stranded {
+    comm::NodeId left;
+    uint64_t id, episode;
+  };
+  std::optional<Stranded> stranded_locked(uint64_t id, uint64_t episode) const REQUIRES(mu_);
+  void report_stranded(const std::vector<Stranded>& found);
+
+  mutable Mutex mu_;
   std::unordered_map<uint64_t, NodeBarrier> bars_ GUARDED_BY(mu_);
+  // Nodes that left: barrier id -> the episodes they completed.
+  std::map<comm::NodeId, std::unordered_map<uint64_t, uint64_t>> left_ GUARDED_BY(mu_);
+  std::function<void(comm::NodeId, uint64_t, uint64_t)> stranded_;  // set before start
   Mutex mgr_mu_;
   std::unordered_map<uint64_t, Managed> managed_ GUARDED_BY(mgr_mu_);
 };

@@ -29,11 +29,12 @@ std::string header(uint32_t length, uint16_t kind) {
 
 TEST(BootWireTest, RoundTripsEveryMessage) {
   {
-    Hello m{"0123abcd", 7, 4242}, d;
+    Hello m{"0123abcd", 7, 4242, 60000}, d;
     ASSERT_TRUE(decode(one_frame(encode(m)), &d).is_ok());
     EXPECT_EQ(d.token, m.token);
     EXPECT_EQ(d.rank, 7u);
     EXPECT_EQ(d.pid, 4242u);
+    EXPECT_EQ(d.next_bound_ms, 60000u);
   }
   {
     Ok m{1024}, d;
@@ -46,10 +47,13 @@ TEST(BootWireTest, RoundTripsEveryMessage) {
     EXPECT_EQ(d.reason, m.reason);
   }
   {
-    Allgather m{3, std::string("a\0b", 3)}, d;
+    Allgather m{3, std::string("a\0b", 3), Step::kShutdownLast, 10000, "shutdown barrier 2"}, d;
     ASSERT_TRUE(decode(one_frame(encode(m)), &d).is_ok());
     EXPECT_EQ(d.seq, 3u);
     EXPECT_EQ(d.blob, m.blob);
+    EXPECT_EQ(d.step, Step::kShutdownLast);
+    EXPECT_EQ(d.next_bound_ms, 10000u);
+    EXPECT_EQ(d.what, m.what);
   }
   {
     AllgatherResult m{9, {"x", "", std::string(1000, 'y')}}, d;
@@ -75,9 +79,10 @@ TEST(BootWireTest, RoundTripsEveryMessage) {
     EXPECT_EQ(d.exit_code, -3);
   }
   {
-    Abort m{"out of memory"}, d;
+    Abort m{"out of memory", 2}, d;
     ASSERT_TRUE(decode(one_frame(encode(m)), &d).is_ok());
     EXPECT_EQ(d.reason, m.reason);
+    EXPECT_EQ(d.culprit, 2u);
   }
 }
 
@@ -89,7 +94,8 @@ TEST(BootWireTest, HeaderLayoutIsLittleEndianLengthThenKind) {
 }
 
 TEST(BootWireTest, FramesSplitAnywhereAreReassembled) {
-  std::string stream = encode(Hello{"tok", 1, 2}) + encode(Allgather{0, "blob"}) + encode(Bye{0});
+  std::string stream = encode(Hello{"tok", 1, 2, 0}) +
+                       encode(Allgather{0, "blob", Step::kRun, 0, ""}) + encode(Bye{0});
   FrameReader r;
   std::vector<Kind> kinds;
   for (char c : stream) {
@@ -187,13 +193,14 @@ TEST(BootWireTest, SizesMatchEncoding) {
   std::vector<std::string> blobs = {"a", "bb", ""};
   EXPECT_EQ(encode(AllgatherResult{1, blobs}).size(),
             kFrameHeaderSize + allgather_result_payload_size(blobs));
-  EXPECT_EQ(encode(Allgather{1, "xyz"}).size(), kFrameHeaderSize + allgather_payload_size(3));
+  EXPECT_EQ(encode(Allgather{1, "xyz", Step::kStartup, 5, "step"}).size(),
+            kFrameHeaderSize + allgather_payload_size(3, 4));
   EXPECT_TRUE(fits_in_frame(kMaxPayload));
   EXPECT_FALSE(fits_in_frame(kMaxPayload + 1));
 }
 
 TEST(BootWireTest, EncodingAnOversizeFrameIsACallerBug) {
-  Allgather m{0, std::string(kMaxPayload, 'x')};
+  Allgather m{0, std::string(kMaxPayload, 'x'), Step::kRun, 0, ""};
   EXPECT_DEATH((void)encode(m), "exceeds");
 }
 

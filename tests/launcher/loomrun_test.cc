@@ -279,7 +279,7 @@ bw::Frame hello(const std::string& addr, const std::string& token, uint32_t rank
   sa.sun_family = AF_UNIX;
   std::strcpy(sa.sun_path, addr.c_str());
   EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0) << addr;
-  std::string h = bw::encode(bw::Hello{token, rank, 1});
+  std::string h = bw::encode(bw::Hello{token, rank, 1, 0});
   EXPECT_EQ(::send(fd, h.data(), h.size(), MSG_NOSIGNAL), static_cast<ssize_t>(h.size()));
   bw::FrameReader reader;
   timeval tv{5, 0};

@@ -48,7 +48,8 @@ Broker::Broker(UniqueFd listen_fd, uint32_t size, std::string token, BrokerListe
       listener_(listener),
       by_rank_(size, nullptr),
       next_seq_(size, 0),
-      departed_(size, false) {}
+      departed_(size, false),
+      owed_(size) {}
 
 void Broker::add_to(PollSet* ps) {
   // Free connections closed during the previous round; nothing refers to them any more.
@@ -71,15 +72,26 @@ void Broker::accept_all() {
         warn(fmt::format("accept on the bootstrap socket: {}", std::strerror(errno)));
       return;
     }
-    if (pending_ >= size_ + kMaxExtraPending) {
+    if (pending_ >= kMaxPending) {
+      // why: closing the new connection instead would let idle connections keep the nodes out.
+      // A node sends its HELLO at once, so the oldest unidentified connection is the likeliest
+      // to be a stray.
       if (!warned_pending_)
-        warn("too many unidentified connections to the bootstrap socket; closing new ones");
+        warn(
+            fmt::format("more than {} unidentified connections to the bootstrap socket; closing "
+                        "the oldest",
+                        kMaxPending));
       warned_pending_ = true;
-      ::close(fd);
-      continue;
+      Conn* oldest = nullptr;
+      for (auto& c : conns_)
+        if (!c->closed && c->rank == kNoRank &&
+            (oldest == nullptr || c->accepted_at < oldest->accepted_at))
+          oldest = c.get();
+      if (oldest != nullptr) close_conn(oldest);
     }
     auto c = std::make_unique<Conn>();
     c->fd.reset(fd);
+    c->accepted_at = Clock::now();
     ++pending_;
     conns_.push_back(std::move(c));
   }
@@ -109,6 +121,16 @@ void Broker::read_from(Conn* c) {
     if (n > 0) {
       c->reader.append(std::string_view(buf, static_cast<size_t>(n)));
       budget -= std::min(budget, static_cast<size_t>(n));
+      // An unidentified connection gets no more than a HELLO's worth of buffer: a stray client
+      // must not make loomrun hold a 64 MiB frame.
+      if (c->rank == kNoRank && c->reader.buffered() > kMaxHelloBytes) {
+        auto next = c->reader.next();
+        if (!next || !next->has_value()) {
+          refuse(c, "", fmt::format("more than {} bytes before a complete HELLO", kMaxHelloBytes));
+          return;
+        }
+        handle_frame(c, std::move(**next));
+      }
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -149,6 +171,10 @@ void Broker::handle_frame(Conn* c, boot::Frame f) {
       if (!s) return protocol_error(c, s.message());
       c->said_bye = true;
       departed_[c->rank] = true;
+      // After its goodbye a node only exits; within the bound of its last step, if it had one.
+      Owed& o = owed_[c->rank];
+      uint32_t bound = o.bound_ms;
+      owe(c->rank, "exit after saying goodbye (shutdown)", bound);
       listener_->on_bye(c->rank, m.exit_code);
       check_departed(c->rank);
       return;
@@ -157,7 +183,8 @@ void Broker::handle_frame(Conn* c, boot::Frame f) {
       boot::Abort m;
       Status s = boot::decode(f, &m);
       if (!s) return protocol_error(c, s.message());
-      listener_->on_abort(c->rank, m.reason);
+      uint32_t culprit = m.culprit < size_ && m.culprit != c->rank ? m.culprit : kNoRank;
+      listener_->on_abort(c->rank, m.reason, culprit);
       return;
     }
     default:
@@ -186,6 +213,7 @@ void Broker::handle_hello(Conn* c, const boot::Frame& f) {
   c->pid = m.pid;
   by_rank_[m.rank] = c;
   --pending_;
+  owe(m.rank, "reach the address exchange (bootstrap)", m.next_bound_ms);
   boot::Ok ok;
   ok.size = size_;
   enqueue(c, std::make_shared<const std::string>(boot::encode(ok)));
@@ -203,8 +231,32 @@ void Broker::handle_allgather(Conn* c, const boot::Frame& f) {
     return protocol_error(
         c, fmt::format("ALLGATHER #{} out of order (expected #{})", m.seq, next_seq_[r]));
   ++next_seq_[r];
+  Owed& o = owed_[r];
+  o.deadline.reset();
+  o.next_bound_ms = m.next_bound_ms;
+  o.next_what = m.step == boot::Step::kShutdownLast
+                    ? fmt::format("say goodbye after {}", m.what)
+                    : fmt::format("reach its next step after {}", m.what);
   Round& round = rounds_[m.seq];
-  if (round.blobs.empty()) round.blobs.resize(size_);
+  if (round.blobs.empty()) {
+    round.blobs.resize(size_);
+    round.step = m.step;
+    round.what = m.what;
+    round.first = r;
+  } else if (m.step != round.step) {
+    // note: a node that enters its shutdown while others wait in an application collective has
+    // left the job while they still need it; otherwise the later one is out of step.
+    bool mine_is_shutdown = m.step == boot::Step::kShutdown;
+    bool first_is_shutdown = round.step == boot::Step::kShutdown;
+    uint32_t blame = first_is_shutdown && !mine_is_shutdown ? round.first : r;
+    std::string text = fmt::format(
+        "collective #{}: node {} is at {} ({}) while node {} is at {} ({}); every node must take "
+        "part in the same collectives",
+        m.seq, r, m.what.empty() ? "an application collective" : m.what, boot::step_name(m.step),
+        round.first, round.what.empty() ? "an application collective" : round.what,
+        boot::step_name(round.step));
+    return listener_->on_collective_mismatch(m.seq, blame, text);
+  }
   round.blobs[r] = std::move(m.blob);
   ++round.count;
   // A node that has left will never contribute.
@@ -225,6 +277,54 @@ void Broker::complete_round(uint64_t seq) {
   auto frame = std::make_shared<const std::string>(boot::encode(result));
   for (Conn* c : by_rank_)
     if (c != nullptr) enqueue(c, frame);
+  // From now on every node owes what its contribution announced.
+  for (uint32_t r = 0; r < size_; ++r) {
+    Owed& o = owed_[r];
+    if (o.next_bound_ms > 0) owe(r, o.next_what, o.next_bound_ms);
+    o.next_bound_ms = 0;
+  }
+}
+
+void Broker::owe(uint32_t rank, std::string what, uint32_t bound_ms) {
+  Owed& o = owed_[rank];
+  o.what = std::move(what);
+  o.bound_ms = bound_ms;
+  if (bound_ms == 0)
+    o.deadline.reset();
+  else
+    o.deadline = Clock::now() + std::chrono::milliseconds(bound_ms);
+}
+
+void Broker::expect_hello(uint32_t rank, uint32_t bound_ms) {
+  owe(rank, "connect to loomrun (bootstrap)", bound_ms);
+}
+
+std::optional<Broker::Clock::time_point> Broker::next_deadline() const {
+  std::optional<Clock::time_point> next;
+  auto consider = [&](Clock::time_point t) {
+    if (!next || t < *next) next = t;
+  };
+  for (const Owed& o : owed_)
+    if (o.deadline) consider(*o.deadline);
+  for (const auto& c : conns_)
+    if (!c->closed && c->rank == kNoRank) consider(c->accepted_at + kHelloWait);
+  return next;
+}
+
+void Broker::check_deadlines(Clock::time_point now) {
+  for (auto& c : conns_) {
+    if (c->closed || c->rank != kNoRank || now < c->accepted_at + kHelloWait) continue;
+    if (!c->closing)
+      warn(fmt::format("closed a bootstrap connection that sent no HELLO within {} ms",
+                       kHelloWait.count()));
+    close_conn(c.get());
+  }
+  for (uint32_t r = 0; r < size_; ++r) {
+    Owed& o = owed_[r];
+    if (!o.deadline || now < *o.deadline) continue;
+    o.deadline.reset();
+    listener_->on_overdue(r, o.what, o.bound_ms);
+  }
 }
 
 void Broker::check_departed(uint32_t rank) {
@@ -233,6 +333,8 @@ void Broker::check_departed(uint32_t rank) {
 }
 
 void Broker::node_exited(uint32_t rank) {
+  owed_[rank].deadline.reset();
+  owed_[rank].next_bound_ms = 0;
   if (departed_[rank]) return;
   departed_[rank] = true;
   check_departed(rank);
@@ -296,11 +398,11 @@ void Broker::broadcast(uint32_t except, std::shared_ptr<const std::string> frame
     if (c != nullptr && c->rank != except && !c->said_bye) enqueue(c, frame);
 }
 
-void Broker::broadcast_peer_failed(uint32_t failed, const std::string& text) {
+void Broker::broadcast_peer_failed(uint32_t failed, const std::string& text, bool tell_failed) {
   boot::PeerFailed m;
   m.rank = failed;
   m.text = text;
-  broadcast(failed, std::make_shared<const std::string>(boot::encode(m)));
+  broadcast(tell_failed ? kNoRank : failed, std::make_shared<const std::string>(boot::encode(m)));
 }
 
 void Broker::broadcast_job_abort(uint32_t rank, const std::string& reason) {

@@ -96,6 +96,7 @@ void Job::start_nodes(const std::string& token) {
   }
   std::vector<std::string> env = base_env(token);
   env.emplace_back();  // LOOM_RANK, set per node
+  auto startup_bound_ms = static_cast<uint32_t>(node_setting_int(options_, "STARTUP_TIMEOUT_MS"));
   for (uint32_t r = 0; r < options_.nodes; ++r) {
     env.back() = fmt::format("LOOM_RANK={}", r);
     spec.env = env;
@@ -111,6 +112,7 @@ void Job::start_nodes(const std::string& token) {
     n.pid = spawned->pid;
     n.started = true;
     rank_of_pid_[n.pid] = r;
+    broker_->expect_hello(r, startup_bound_ms);
     output_.add(r, std::move(spawned->out), std::move(spawned->err));
   }
 }
@@ -190,6 +192,7 @@ int Job::next_timeout_ms(TimePoint now) const {
   consider(reap_deadline_);
   for (const Node& n : nodes_)
     if (!n.reaped) consider(n.disconnect_deadline);
+  if (stop_ == Stop::kNone) consider(broker_->next_deadline());
   if (!next) return -1;
   if (*next <= now) return 0;
   // Rounded up, so the loop does not spin through the last fraction of a millisecond.
@@ -204,6 +207,7 @@ void Job::check_deadlines(TimePoint now) {
     begin_stop(Stop::kTimeout);
     signal_nodes(SIGTERM, [](const Node&) { return true; });
   }
+  if (stop_ == Stop::kNone) broker_->check_deadlines(now);
   for (uint32_t r = 0; r < nodes_.size(); ++r) {
     Node& n = nodes_[r];
     if (!n.disconnect_deadline || now < *n.disconnect_deadline) continue;
@@ -250,7 +254,8 @@ void Job::kill_remaining() {
   reap_deadline_ = Clock::now() + kReapWait;
 }
 
-void Job::node_failed(uint32_t rank, const std::string& text, std::optional<int> status) {
+void Job::node_failed(uint32_t rank, const std::string& text, std::optional<int> status,
+                      bool stop_it) {
   if (!begin_stop(Stop::kFailure)) return;
   failed_rank_ = rank;
   failed_status_ = status;
@@ -258,9 +263,9 @@ void Job::node_failed(uint32_t rank, const std::string& text, std::optional<int>
   say(text);
   // Nodes still starting up get the notice when they connect (Broker keeps it for them); nodes
   // that never connect are killed when the grace period ends.
-  broker_->broadcast_peer_failed(rank, text);
+  broker_->broadcast_peer_failed(rank, text, /*tell_failed=*/!stop_it);
   // A failed node that still runs (broke the protocol, hung up) is of no further use.
-  if (rank != kNoRank) {
+  if (rank != kNoRank && stop_it) {
     const Node* failed = &nodes_[rank];
     signal_nodes(SIGTERM, [&](const Node& n) { return &n == failed; });
   }
@@ -346,11 +351,15 @@ void Job::on_hello(uint32_t rank, uint32_t /*pid*/) {
 
 void Job::on_bye(uint32_t rank, int32_t /*exit_code*/) { nodes_[rank].said_bye = true; }
 
-void Job::on_abort(uint32_t rank, const std::string& reason) {
+void Job::on_abort(uint32_t rank, const std::string& reason, uint32_t culprit) {
   if (!begin_stop(Stop::kFailure)) return;
-  failed_rank_ = rank;
+  // The node that failed decides the status: the one the aborting node found failed (its
+  // status once it has exited: killed, or exited because the job stops), else the aborting one.
+  failed_rank_ = culprit != kNoRank ? culprit : rank;
   failed_status_.reset();
-  stopped_text_ = fmt::format("{} aborted the job: {}", who(rank), reason);
+  stopped_text_ = culprit != kNoRank ? fmt::format("{} aborted the job because of {}: {}",
+                                                   who(rank), who(culprit), reason)
+                                     : fmt::format("{} aborted the job: {}", who(rank), reason);
   say(stopped_text_);
   broker_->broadcast_job_abort(rank, reason);
 }
@@ -371,6 +380,19 @@ void Job::on_collective_stuck(uint64_t seq, uint32_t rank) {
               fmt::format("collective #{} cannot complete: {} left the job without joining it", seq,
                           who(rank)),
               1);
+}
+
+void Job::on_collective_mismatch(uint64_t /*seq*/, uint32_t rank, const std::string& text) {
+  // The node is healthy, only out of step: it is told like the others and exits by itself.
+  node_failed(rank, fmt::format("{} left the job's collectives: {}", who(rank), text), std::nullopt,
+              /*stop_it=*/false);
+}
+
+void Job::on_overdue(uint32_t rank, const std::string& what, uint32_t bound_ms) {
+  node_failed(
+      rank,
+      fmt::format("{} did not {} within {} ms; it is stopped or hung", who(rank), what, bound_ms),
+      std::nullopt);
 }
 
 void Job::on_collective_too_large(uint64_t seq, size_t bytes) {

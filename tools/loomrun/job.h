@@ -62,11 +62,13 @@ class Job final : public BrokerListener {
   // BrokerListener.
   void on_hello(uint32_t rank, uint32_t pid) override;
   void on_bye(uint32_t rank, int32_t exit_code) override;
-  void on_abort(uint32_t rank, const std::string& reason) override;
+  void on_abort(uint32_t rank, const std::string& reason, uint32_t culprit) override;
   void on_disconnect(uint32_t rank, bool said_bye) override;
   void on_protocol_error(uint32_t rank, const std::string& what) override;
   void on_collective_stuck(uint64_t seq, uint32_t rank) override;
   void on_collective_too_large(uint64_t seq, size_t bytes) override;
+  void on_collective_mismatch(uint64_t seq, uint32_t rank, const std::string& text) override;
+  void on_overdue(uint32_t rank, const std::string& what, uint32_t bound_ms) override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -94,7 +96,10 @@ class Job final : public BrokerListener {
   void check_deadlines(TimePoint now);
   int next_timeout_ms(TimePoint now) const;
   bool begin_stop(Stop why);
-  void node_failed(uint32_t rank, const std::string& text, std::optional<int> status);
+  // `stop_it`: the failed node still runs but is of no further use (hung, broke the protocol):
+  // it gets SIGTERM; otherwise it is told like the others and exits by itself.
+  void node_failed(uint32_t rank, const std::string& text, std::optional<int> status,
+                   bool stop_it = true);
   // Sends `sig` to the process group of every running node for which `pick` is true.
   template <typename Pred>
   void signal_nodes(int sig, Pred pick);

@@ -220,3 +220,22 @@ bool check_environment(const Options& options) {
 }
 
 }  // namespace loom::loomrun
+
+namespace loom::loomrun {
+
+int64_t node_setting_int(const Options& options, std::string_view name) {
+  const ConfigRow* row = find_config_row(name);
+  if (row == nullptr) return 0;
+  std::string var = config_env_name(*row);
+  std::string text = row->default_value;
+  if (auto it = options.settings.find(var); it != options.settings.end()) {
+    text = it->second;
+  } else if (const char* env = std::getenv(var.c_str()); env != nullptr) {
+    text = env;
+  }
+  std::string value;
+  if (!parse_config_value(*row, text, &value)) return 0;
+  return std::strtoll(value.c_str(), nullptr, 10);
+}
+
+}  // namespace loom::loomrun

@@ -47,4 +47,8 @@ std::variant<Options, int> parse_options(int argc, char** argv);
 // LOOM_ variable prints a warning.
 bool check_environment(const Options& options);
 
+// The value the nodes get for integer row `name` ("STARTUP_TIMEOUT_MS"): the flag's, else
+// loomrun's environment's, else the default. REQUIRES: check_environment() passed.
+int64_t node_setting_int(const Options& options, std::string_view name);
+
 }  // namespace loom::loomrun

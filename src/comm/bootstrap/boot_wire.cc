@@ -168,11 +168,26 @@ Result<std::optional<Frame>> FrameReader::next() {
 
 // ---- Messages ----
 
+std::string_view step_name(Step step) {
+  switch (step) {
+    case Step::kRun:
+      return "run";
+    case Step::kStartup:
+    case Step::kStartupLast:
+      return "start-up";
+    case Step::kShutdown:
+    case Step::kShutdownLast:
+      return "shutdown";
+  }
+  return "?";
+}
+
 std::string encode(const Hello& m) {
-  Writer w(Hello::kKind, bytes_size(m.token) + 8);
+  Writer w(Hello::kKind, bytes_size(m.token) + 12);
   w.put_bytes(m.token);
   w.put_u32(m.rank);
   w.put_u32(m.pid);
+  w.put_u32(m.next_bound_ms);
   return w.finish();
 }
 
@@ -188,12 +203,17 @@ std::string encode(const Refuse& m) {
   return w.finish();
 }
 
-size_t allgather_payload_size(size_t blob_size) { return 8 + 4 + blob_size; }
+size_t allgather_payload_size(size_t blob_size, size_t what_size) {
+  return 8 + 4 + blob_size + 4 + 4 + 4 + what_size;
+}
 
 std::string encode(const Allgather& m) {
-  Writer w(Allgather::kKind, allgather_payload_size(m.blob.size()));
+  Writer w(Allgather::kKind, allgather_payload_size(m.blob.size(), m.what.size()));
   w.put_u64(m.seq);
   w.put_bytes(m.blob);
+  w.put_u32(static_cast<uint32_t>(m.step));
+  w.put_u32(m.next_bound_ms);
+  w.put_bytes(m.what);
   return w.finish();
 }
 
@@ -232,14 +252,16 @@ std::string encode(const Bye& m) {
 }
 
 std::string encode(const Abort& m) {
-  Writer w(Abort::kKind, bytes_size(m.reason));
+  Writer w(Abort::kKind, bytes_size(m.reason) + 4);
   w.put_bytes(m.reason);
+  w.put_u32(m.culprit);
   return w.finish();
 }
 
 Status decode(const Frame& f, Hello* m) {
   return decode_with<Hello>(f, [&](Reader& r) {
-    return r.get_bytes(&m->token) && r.get_u32(&m->rank) && r.get_u32(&m->pid);
+    return r.get_bytes(&m->token) && r.get_u32(&m->rank) && r.get_u32(&m->pid) &&
+           r.get_u32(&m->next_bound_ms);
   });
 }
 
@@ -252,8 +274,15 @@ Status decode(const Frame& f, Refuse* m) {
 }
 
 Status decode(const Frame& f, Allgather* m) {
-  return decode_with<Allgather>(
-      f, [&](Reader& r) { return r.get_u64(&m->seq) && r.get_bytes(&m->blob); });
+  uint32_t step = 0;
+  Status s = decode_with<Allgather>(f, [&](Reader& r) {
+    return r.get_u64(&m->seq) && r.get_bytes(&m->blob) && r.get_u32(&step) &&
+           r.get_u32(&m->next_bound_ms) && r.get_bytes(&m->what);
+  });
+  if (!s) return s;
+  if (step > kMaxStep) return Status::malformed(fmt::format("ALLGATHER frame has step {}", step));
+  m->step = static_cast<Step>(step);
+  return Status::ok();
 }
 
 Status decode(const Frame& f, AllgatherResult* m) {
@@ -285,7 +314,8 @@ Status decode(const Frame& f, Bye* m) {
 }
 
 Status decode(const Frame& f, Abort* m) {
-  return decode_with<Abort>(f, [&](Reader& r) { return r.get_bytes(&m->reason); });
+  return decode_with<Abort>(
+      f, [&](Reader& r) { return r.get_bytes(&m->reason) && r.get_u32(&m->culprit); });
 }
 
 Result<std::string> random_token() {

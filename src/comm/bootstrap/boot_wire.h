@@ -76,11 +76,16 @@ class FrameReader {
 
 // ---- Messages ------------------------------------------------------------------------------
 
+// The rank that names no node (an ABORT that blames no other node).
+inline constexpr uint32_t kNoRank = UINT32_MAX;
+
 struct Hello {
   static constexpr Kind kKind = Kind::kHello;
   std::string token;  // LOOM_JOB_TOKEN
   uint32_t rank = 0;  // LOOM_RANK
   uint32_t pid = 0;   // for loomrun's messages
+  // The node sends its first ALLGATHER within this many ms of OK (the start-up bound); 0: no bound.
+  uint32_t next_bound_ms = 0;
 };
 struct Ok {
   static constexpr Kind kKind = Kind::kOk;
@@ -90,10 +95,27 @@ struct Refuse {
   static constexpr Kind kKind = Kind::kRefuse;
   std::string reason;
 };
+// What a collective is for, which decides the bounds around it (docs/launcher.md, "Bounds").
+enum class Step : uint32_t {
+  kRun = 0,           // an application collective (broadcast_ptr, bootstrap().barrier()): no bound
+  kStartup = 1,       // a start-up collective; the node's next one follows within next_bound_ms
+  kStartupLast = 2,   // the start-up barrier: the job runs after it
+  kShutdown = 3,      // the first shutdown barrier (others may still work: no bound on the wait)
+  kShutdownLast = 4,  // the last shutdown barrier; the node's BYE follows within next_bound_ms
+};
+inline constexpr uint32_t kMaxStep = 4;
+// "run", "start-up" or "shutdown": the phase of the job a step belongs to.
+std::string_view step_name(Step step);
+
 struct Allgather {
   static constexpr Kind kKind = Kind::kAllgather;
   uint64_t seq = 0;  // 0 for a node's first collective, then 1, 2, ...
   std::string blob;
+  Step step = Step::kRun;
+  // After the result, the node sends its next frame (collective or BYE) within this many ms; 0:
+  // no bound. A node that does not is stopped or hung, and loomrun fails it, naming `what`.
+  uint32_t next_bound_ms = 0;
+  std::string what;  // the collective's name in messages, e.g. "the address exchange (bootstrap)"
 };
 struct AllgatherResult {
   static constexpr Kind kKind = Kind::kAllgatherResult;
@@ -117,6 +139,10 @@ struct Bye {
 struct Abort {
   static constexpr Kind kKind = Kind::kAbort;
   std::string reason;
+  // The node whose failure this node detected (a peer it lost, a malformed message's sender),
+  // or kNoRank if the failure is this node's own. loomrun names that node as the failed one and
+  // returns its status.
+  uint32_t culprit = kNoRank;
 };
 
 // Each returns a whole frame, header included. REQUIRES: the frame fits in kMaxFrameSize.
@@ -142,7 +168,7 @@ Status decode(const Frame& f, Bye* m);
 Status decode(const Frame& f, Abort* m);
 
 // Payload sizes, for callers that must stay within kMaxPayload.
-size_t allgather_payload_size(size_t blob_size);
+size_t allgather_payload_size(size_t blob_size, size_t what_size = 0);
 size_t allgather_result_payload_size(const std::vector<std::string>& blobs);
 inline bool fits_in_frame(size_t payload_size) { return payload_size <= kMaxPayload; }
 

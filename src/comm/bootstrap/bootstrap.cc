@@ -3,6 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <poll.h>
+
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 
 #include "comm/bootstrap/boot_wire.h"
@@ -21,10 +25,10 @@ class SingleBootstrap final : public Bootstrap {
   NodeId rank() const override { return 0; }
   uint32_t size() const override { return 1; }
   const std::string& job_token() const override { return token_; }
-  Result<std::vector<std::string>> allgather(std::string_view mine) override {
+  using Bootstrap::allgather;
+  Result<std::vector<std::string>> allgather(std::string_view mine, const Step&) override {
     return std::vector<std::string>{std::string(mine)};
   }
-  Status barrier() override { return Status::ok(); }
 
  private:
   const std::string token_;
@@ -39,6 +43,21 @@ Result<std::unique_ptr<Bootstrap>> make_single_bootstrap() {
 }
 
 }  // namespace internal
+
+Status Bootstrap::await_failure(int timeout_ms) {
+  int fd = event_fd();
+  if (fd < 0) return Status::ok();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    if (Status s = handle_event(); !s) return s;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
+    if (left <= 0) return Status::ok();
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left)) < 0 && errno != EINTR) return Status::ok();
+  }
+}
 
 namespace {
 

@@ -17,10 +17,22 @@
 #include <vector>
 
 #include "base/config.h"
+#include "comm/bootstrap/boot_wire.h"
 #include "comm/types.h"
 #include "loom/status.h"
 
 namespace loom::comm {
+
+// What a collective is for, and the bounds around it (docs/launcher.md, "Bounds"). Start-up and
+// shutdown collectives are bounded: every node is expected to reach the next step within the
+// start-up or shutdown bound, and one that does not is stopped or hung. Run-phase collectives
+// (the application's) are not: a node may legitimately compute for hours before it joins one.
+struct Step {
+  boot::Step kind = boot::Step::kRun;
+  std::string_view what = "an application collective";
+  int64_t wait_ms = 0;  // this node waits at most this long for the others; 0: no bound
+  int64_t next_ms = 0;  // this node's next step (collective, or its goodbye) follows within this
+};
 
 class Bootstrap {
  public:
@@ -33,9 +45,13 @@ class Bootstrap {
   virtual const std::string& job_token() const = 0;
 
   // Collective: every node contributes `mine`; returns all contributions indexed by rank.
-  // Fails (never hangs) if a node of the job dies meanwhile.
-  virtual Result<std::vector<std::string>> allgather(std::string_view mine) = 0;
-  virtual Status barrier() = 0;
+  // Fails (never hangs) if a node of the job dies meanwhile, if the nodes are at different
+  // steps (one at a shutdown barrier, another at an application collective: the error names
+  // both), or if step.wait_ms passes (Status::timeout naming the step, and the nodes that did
+  // not reach it where the launcher can tell).
+  virtual Result<std::vector<std::string>> allgather(std::string_view mine, const Step& step) = 0;
+  Result<std::vector<std::string>> allgather(std::string_view mine) { return allgather(mine, {}); }
+  Status barrier(const Step& step = {}) { return allgather({}, step).status(); }
 
   // A descriptor that becomes readable when the launcher has news for this node; -1 if none.
   virtual int event_fd() const { return -1; }
@@ -43,10 +59,19 @@ class Bootstrap {
   // node when the launcher reports that a node of the job failed or the job is aborting.
   virtual Status handle_event() { return Status::ok(); }
 
+  // Waits up to `timeout_ms` for the launcher to report a failure (through event_fd() and
+  // handle_event()), and returns it; OK if none came. For an application thread, while the
+  // server thread does not run yet (a connection that failed: was it a node that died?).
+  Status await_failure(int timeout_ms);
+
   // Tells the launcher that this node is about to exit with `exit_code`.
   virtual void finish(int exit_code) { (void)exit_code; }
-  // Tells the launcher that this node is aborting the job, and why.
-  virtual void abort_job(std::string_view reason) { (void)reason; }
+  // Tells the launcher that this node is aborting the job, and why. `culprit`: the node whose
+  // failure this node found (boot::kNoRank: its own), which the launcher then names.
+  virtual void abort_job(std::string_view reason, NodeId culprit = boot::kNoRank) {
+    (void)reason;
+    (void)culprit;
+  }
 };
 
 Result<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& config);

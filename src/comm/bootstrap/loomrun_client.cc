@@ -8,9 +8,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "base/log.h"
 #include "comm/bootstrap/bootstrap_impl.h"
@@ -127,7 +129,8 @@ Result<uint32_t> await_ok(int fd, NodeId rank, boot::FrameReader* reader,
 
 Result<std::unique_ptr<LoomrunBootstrap>> LoomrunBootstrap::connect(const std::string& addr,
                                                                     const std::string& token,
-                                                                    NodeId rank) {
+                                                                    NodeId rank,
+                                                                    uint32_t startup_bound_ms) {
   auto deadline = Clock::now() + std::chrono::milliseconds(kHandshakeTimeoutMs);
   auto sock = connect_socket(addr, deadline);
   if (!sock) return sock.status();
@@ -136,6 +139,7 @@ Result<std::unique_ptr<LoomrunBootstrap>> LoomrunBootstrap::connect(const std::s
   hello.token = token;
   hello.rank = rank;
   hello.pid = static_cast<uint32_t>(::getpid());
+  hello.next_bound_ms = startup_bound_ms;
   Status s = write_all(sock->get(), boot::encode(hello), deadline);
   if (!s) return Status::peer_failed("sending HELLO to loomrun: " + s.message());
 
@@ -295,8 +299,9 @@ Status LoomrunBootstrap::send(const std::string& frame, int timeout_ms) {
   return write_all(sock_, frame, deadline);
 }
 
-Result<std::vector<std::string>> LoomrunBootstrap::allgather(std::string_view mine) {
-  if (!boot::fits_in_frame(boot::allgather_payload_size(mine.size())))
+Result<std::vector<std::string>> LoomrunBootstrap::allgather(std::string_view mine,
+                                                             const Step& step) {
+  if (!boot::fits_in_frame(boot::allgather_payload_size(mine.size(), step.what.size())))
     return Status::invalid_argument(fmt::format(
         "allgather contribution of {} bytes exceeds the bootstrap frame limit of {} bytes",
         mine.size(), boot::kMaxFrameSize));
@@ -307,7 +312,17 @@ Result<std::vector<std::string>> LoomrunBootstrap::allgather(std::string_view mi
   boot::Allgather msg;
   msg.seq = next_seq_++;
   msg.blob = std::string(mine);
+  msg.step = step.kind;
+  msg.next_bound_ms = static_cast<uint32_t>(std::clamp<int64_t>(step.next_ms, 0, UINT32_MAX));
+  msg.what = std::string(step.what);
   Status s = send(boot::encode(msg), -1);
+  // why: loomrun, which knows who is missing, names a node that does not reach a bounded step
+  // (its bound runs from the node's previous step, which came before ours); this node's own
+  // bound is a fallback for a launcher that stopped answering, so it allows a margin on top.
+  std::optional<Clock::time_point> deadline;
+  if (step.wait_ms > 0)
+    deadline = Clock::now() +
+               std::chrono::milliseconds(step.wait_ms + std::max<int64_t>(1000, step.wait_ms / 2));
   if (!s) {
     MutexLock lock(read_mu_);
     fail_locked(Status::peer_failed("lost connection to loomrun: " + s.message()));
@@ -333,7 +348,15 @@ Result<std::vector<std::string>> LoomrunBootstrap::allgather(std::string_view mi
     // note: no lost wake-up. A frame that arrives after pump_locked() either makes the socket
     // readable or, if the server thread read it first, signals waiter_wake_fd_ (waiting_ is set).
     pollfd p[2] = {{sock_, POLLIN, 0}, {waiter_wake_fd_, POLLIN, 0}};
-    int r = ::poll(p, 2, -1);
+    int r = ::poll(p, 2, deadline ? ms_left(*deadline) : -1);
+    if (r == 0 && deadline && Clock::now() >= *deadline) {
+      MutexLock lock(read_mu_);
+      waiting_ = false;
+      return Status::timeout(fmt::format(
+          "{} did not complete within {} ms: another node did not reach it, and loomrun did "
+          "not say which",
+          step.what, step.wait_ms));
+    }
     if (r < 0 && errno != EINTR) {
       int err = errno;
       MutexLock lock(read_mu_);
@@ -344,11 +367,6 @@ Result<std::vector<std::string>> LoomrunBootstrap::allgather(std::string_view mi
   }
 }
 
-Status LoomrunBootstrap::barrier() {
-  auto r = allgather({});
-  return r.status();
-}
-
 void LoomrunBootstrap::finish(int exit_code) {
   boot::Bye msg;
   msg.exit_code = exit_code;
@@ -356,9 +374,10 @@ void LoomrunBootstrap::finish(int exit_code) {
   if (!s) LOOM_DEBUG("could not say BYE to loomrun: {}", s.to_string());
 }
 
-void LoomrunBootstrap::abort_job(std::string_view reason) {
+void LoomrunBootstrap::abort_job(std::string_view reason, NodeId culprit) {
   boot::Abort msg;
   msg.reason = std::string(reason.substr(0, kMaxReason));
+  msg.culprit = culprit;
   Status s = send(boot::encode(msg), kGoodbyeTimeoutMs);
   if (!s) LOOM_WARN("could not tell loomrun that this node aborts the job: {}", s.to_string());
 }
@@ -374,7 +393,8 @@ Result<std::unique_ptr<Bootstrap>> make_loomrun_bootstrap(const Config& config) 
         "LOOM_BOOT_ADDR is set but LOOM_RANK is not: start the "
         "program with loomrun");
   auto b =
-      LoomrunBootstrap::connect(addr, config.get_string("JOB_TOKEN"), static_cast<NodeId>(rank));
+      LoomrunBootstrap::connect(addr, config.get_string("JOB_TOKEN"), static_cast<NodeId>(rank),
+                                static_cast<uint32_t>(config.get_int("STARTUP_TIMEOUT_MS")));
   if (!b) return b.status();
   return std::unique_ptr<Bootstrap>(std::move(*b));
 }

@@ -40,8 +40,10 @@ class LoomrunBootstrap final : public Bootstrap {
 
   // Connects and completes the HELLO handshake. Fails with Status::refused naming loomrun's
   // reason (wrong token, rank out of range or taken), or an I/O / timeout error naming `addr`.
+  // `startup_bound_ms`: this node's first collective follows OK within it (HELLO tells loomrun).
   static Result<std::unique_ptr<LoomrunBootstrap>> connect(const std::string& addr,
-                                                           const std::string& token, NodeId rank);
+                                                           const std::string& token, NodeId rank,
+                                                           uint32_t startup_bound_ms = 0);
   ~LoomrunBootstrap() override;
 
   LoomrunBootstrap(const LoomrunBootstrap&) = delete;
@@ -52,15 +54,15 @@ class LoomrunBootstrap final : public Bootstrap {
   uint32_t size() const override { return size_; }
   const std::string& job_token() const override { return token_; }
 
-  Result<std::vector<std::string>> allgather(std::string_view mine) override;
-  Status barrier() override;
+  using Bootstrap::allgather;
+  Result<std::vector<std::string>> allgather(std::string_view mine, const Step& step) override;
 
   // An epoll descriptor over the socket and server_wake_fd_.
   int event_fd() const override { return epoll_fd_; }
   Status handle_event() override;
 
   void finish(int exit_code) override;
-  void abort_job(std::string_view reason) override;
+  void abort_job(std::string_view reason, NodeId culprit = boot::kNoRank) override;
 
  private:
   // Takes ownership of the descriptors.

@@ -1,9 +1,11 @@
 #include "comm/bootstrap/pmix_bootstrap.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "base/log.h"
@@ -20,6 +22,12 @@ Mutex g_active_mu;
 PmixBootstrap* g_active GUARDED_BY(g_active_mu) = nullptr;
 
 std::string pmix_error(pmix_status_t rc) { return PMIx_Error_string(rc); }
+
+// The phase of a step, from its number as written in a PMIx contribution.
+std::string step_phase_name(const std::string& number) {
+  uint32_t n = static_cast<uint32_t>(std::strtoul(number.c_str(), nullptr, 10));
+  return n > boot::kMaxStep ? "?" : std::string(boot::step_name(static_cast<boot::Step>(n)));
+}
 
 // Failure events worth stopping the job for. Normal terminations (PMIX_EVENT_JOB_END) are not.
 pmix_status_t kFailureEvents[] = {PMIX_ERR_LOST_CONNECTION,   PMIX_ERR_UNREACH,
@@ -190,20 +198,50 @@ Status PmixBootstrap::handle_event() {
   return failure_ ? *failure_ : Status::ok();
 }
 
-Status PmixBootstrap::fence(bool collect) {
-  pmix_info_t info;
-  PMIX_INFO_CONSTRUCT(&info);
+Status PmixBootstrap::fence(bool collect, int64_t timeout_ms) {
+  pmix_info_t info[2];
+  size_t n = 0;
   bool yes = true;
-  if (collect) PMIx_Info_load(&info, PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
+  int timeout_s = static_cast<int>((timeout_ms + 999) / 1000);
+  if (collect) {
+    PMIX_INFO_CONSTRUCT(&info[n]);
+    PMIx_Info_load(&info[n++], PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
+  }
+  if (timeout_ms > 0) {
+    PMIX_INFO_CONSTRUCT(&info[n]);
+    PMIx_Info_load(&info[n++], PMIX_TIMEOUT, &timeout_s, PMIX_INT);
+  }
   // nullptr procs: every process of this namespace.
-  pmix_status_t rc = PMIx_Fence(nullptr, 0, collect ? &info : nullptr, collect ? 1 : 0);
-  PMIX_INFO_DESTRUCT(&info);
+  pmix_status_t rc = PMIx_Fence(nullptr, 0, n > 0 ? info : nullptr, n);
+  for (size_t i = 0; i < n; ++i) PMIX_INFO_DESTRUCT(&info[i]);
   if (rc == PMIX_SUCCESS) return Status::ok();
+  if (rc == PMIX_ERR_TIMEOUT) return Status::timeout(fmt::format("PMIx_Fence: {}", pmix_error(rc)));
   Status s = Status::peer_failed(
       fmt::format("PMIx_Fence failed: {} (a process of the job died or the PMIx server is gone)",
                   pmix_error(rc)));
   on_failure(s);
   return s;
+}
+
+std::vector<uint32_t> PmixBootstrap::missing_from(const std::string& key) {
+  std::vector<uint32_t> missing;
+  for (uint32_t r = 0; r < size_; ++r) {
+    if (r == me_.rank) continue;
+    pmix_proc_t proc;
+    PMIX_LOAD_PROCID(&proc, me_.nspace, r);
+    pmix_info_t info;
+    PMIX_INFO_CONSTRUCT(&info);
+    int one = 1;
+    PMIx_Info_load(&info, PMIX_TIMEOUT, &one, PMIX_INT);
+    pmix_value_t* val = nullptr;
+    // note: not PMIX_OPTIONAL: the server asks the rank's server for it (direct modex), which
+    // has it if the rank committed it, that is, reached the collective.
+    pmix_status_t rc = PMIx_Get(&proc, key.c_str(), &info, 1, &val);
+    PMIX_INFO_DESTRUCT(&info);
+    if (val != nullptr) PMIX_VALUE_RELEASE(val);
+    if (rc != PMIX_SUCCESS) missing.push_back(r);
+  }
+  return missing;
 }
 
 Result<std::string> PmixBootstrap::get_blob(uint32_t rank, const std::string& key) {
@@ -227,15 +265,17 @@ Result<std::string> PmixBootstrap::get_blob(uint32_t rank, const std::string& ke
   return blob;
 }
 
-Result<std::vector<std::string>> PmixBootstrap::allgather(std::string_view mine) {
+Result<std::vector<std::string>> PmixBootstrap::allgather(std::string_view mine, const Step& step) {
   {
     MutexLock lock(mu_);
     if (failure_) return *failure_;
   }
   std::string key = fmt::format("loom.ag.{}", next_seq_++);
   // note: a one-byte marker in front, so an empty contribution is still a non-empty byte object
-  // (PMIx treats zero-sized byte objects inconsistently across versions).
-  std::string data = "L";
+  // (PMIx treats zero-sized byte objects inconsistently across versions); then the step, so
+  // that nodes at different steps find out.
+  std::string label = fmt::format("{}|{}", static_cast<uint32_t>(step.kind), step.what);
+  std::string data = "L" + label + "\n";
   data.append(mine);
   pmix_value_t v;
   PMIX_VALUE_CONSTRUCT(&v);
@@ -247,7 +287,16 @@ Result<std::vector<std::string>> PmixBootstrap::allgather(std::string_view mine)
     return Status::io(fmt::format("PMIx_Put({}) failed: {}", key, pmix_error(rc)));
   rc = PMIx_Commit();
   if (rc != PMIX_SUCCESS) return Status::io("PMIx_Commit failed: " + pmix_error(rc));
-  Status s = fence(/*collect=*/true);
+  Status s = fence(/*collect=*/true, step.wait_ms);
+  if (s.code() == StatusCode::kTimeout) {
+    std::vector<uint32_t> missing = missing_from(key);
+    if (missing.empty())
+      return Status::timeout(fmt::format(
+          "{} did not complete within {} ms (a node did not reach it; PMIx cannot say which)",
+          step.what, step.wait_ms));
+    return Status::timeout(fmt::format("node {} did not reach {} within {} ms (stopped or hung)",
+                                       fmt::join(missing, ", "), step.what, step.wait_ms));
+  }
   if (!s) return s;
   std::vector<std::string> out(size_);
   for (uint32_t r = 0; r < size_; ++r) {
@@ -257,23 +306,30 @@ Result<std::vector<std::string>> PmixBootstrap::allgather(std::string_view mine)
     }
     auto blob = get_blob(r, key);
     if (!blob) return blob.status();
-    out[r] = std::move(*blob);
+    size_t nl = blob->find('\n');
+    std::string theirs = nl == std::string::npos ? *blob : blob->substr(0, nl);
+    if (theirs != label) {
+      auto kind_of = [](const std::string& l) { return l.substr(0, l.find('|')); };
+      auto what_of = [](const std::string& l) {
+        size_t bar = l.find('|');
+        return bar == std::string::npos ? l : l.substr(bar + 1);
+      };
+      return Status::peer_failed(fmt::format(
+          "node {} is at {} ({}) while node {} is at {} ({}): every node must take part in the "
+          "same collectives",
+          r, what_of(theirs), step_phase_name(kind_of(theirs)), me_.rank, step.what,
+          boot::step_name(step.kind)));
+    }
+    out[r] = blob->substr(nl + 1);
   }
   return out;
 }
 
-Status PmixBootstrap::barrier() {
-  {
-    MutexLock lock(mu_);
-    if (failure_) return *failure_;
-  }
-  return fence(/*collect=*/false);
-}
-
-void PmixBootstrap::abort_job(std::string_view reason) {
+void PmixBootstrap::abort_job(std::string_view reason, NodeId culprit) {
+  (void)culprit;  // mpirun names the aborting process; the reason names the culprit
   std::string msg(reason);
   // nullptr procs: the whole namespace. The server kills the job, this process included.
-  pmix_status_t rc = PMIx_Abort(1, msg.c_str(), nullptr, 0);
+  pmix_status_t rc = PMIx_Abort(3, msg.c_str(), nullptr, 0);
   if (rc != PMIX_SUCCESS) LOOM_WARN("PMIx_Abort failed: {}", pmix_error(rc));
 }
 

@@ -5,7 +5,11 @@
 //   token      rank 0 draws it and PMIx_Put's "loom.token" before the start-up fence; the others
 //              PMIx_Get it after.
 //   allgather  PMIx_Put("loom.ag.<seq>") + PMIx_Commit + PMIx_Fence(all, collect data) + a
-//              PMIx_Get per rank. barrier() is a fence without data.
+//              PMIx_Get per rank. Each contribution carries its step (bootstrap.h), so nodes at
+//              different steps (one at a shutdown barrier, one at an application collective)
+//              find out after the fence. A bounded step's fence has PMIX_TIMEOUT; when it
+//              expires, the ranks whose contribution the servers cannot produce are named
+//              (PMIx_Get with a short timeout: a direct modex request).
 //   failures   a fence that cannot complete returns its PMIx error (PARTIAL-SUCCESS when a process
 //              died, UNREACHABLE when the server is gone) as Status::peer_failed. PMIx events
 //              about dead processes or a lost server are filed by a PMIx event handler and
@@ -48,19 +52,23 @@ class PmixBootstrap final : public Bootstrap {
   uint32_t size() const override { return size_; }
   const std::string& job_token() const override { return token_; }
 
-  Result<std::vector<std::string>> allgather(std::string_view mine) override;
-  Status barrier() override;
+  using Bootstrap::allgather;
+  Result<std::vector<std::string>> allgather(std::string_view mine, const Step& step) override;
 
   int event_fd() const override { return event_fd_; }
   Status handle_event() override;
-  void abort_job(std::string_view reason) override;
+  void abort_job(std::string_view reason, NodeId culprit = boot::kNoRank) override;
 
   // Called by PMIx's progress thread (pmix_bootstrap.cc's handler) with a failure to report.
   void on_failure(Status s) EXCLUDES(mu_);
 
  private:
   PmixBootstrap(const pmix_proc_t& me, int event_fd);
-  Status fence(bool collect);
+  // timeout_ms > 0: the fence fails with Status::timeout after that long.
+  Status fence(bool collect, int64_t timeout_ms = 0);
+  // After a fence for `key` timed out: the ranks whose contribution the PMIx servers do not have
+  // (they did not reach the collective).
+  std::vector<uint32_t> missing_from(const std::string& key);
   Result<std::string> get_blob(uint32_t rank, const std::string& key);
 
   // Constant after init().

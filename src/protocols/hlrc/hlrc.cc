@@ -1214,6 +1214,13 @@ size_t Hlrc::stored_records() const {
   return store_.stored();
 }
 
+std::optional<size_t> Hlrc::try_stored_records() const {
+  if (!notices_mu_.try_lock()) return std::nullopt;
+  size_t n = store_.stored();
+  notices_mu_.unlock();
+  return n;
+}
+
 // --- Home side ------------------------------------------------------------------------------
 
 Status Hlrc::on_page_request(comm::Incoming& in) {

@@ -36,6 +36,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -194,6 +195,10 @@ class Hlrc final : public Protocol, public Consistency {
   void write_barrier_mail(std::vector<MailItem>* out) override;
   Status take_barrier_mail(uint32_t from, std::span<const std::byte> blob) override;
   size_t stored_records() const;
+  // For state dumpers, which run on the fatal path, perhaps on a thread that holds notices_mu_
+  // (a check that failed inside store_notices): the count, or nullopt if the lock is taken.
+  // Never blocks.
+  std::optional<size_t> try_stored_records() const;
   // The records this node's acquires have applied (its own: every interval it closed).
   VectorTime applied_time() const;
 
