@@ -20,6 +20,12 @@ TEST(LogDeathTest, CheckFailureRunsTheDumpersAndAborts) {
 }
 
 TEST(LogDeathTest, ADumperThatNeedsTheFailingThreadsLockDoesNotHangTheAbort) {
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer holds asynchronous signals back until the thread reaches one of its own
+  // interception points, which a thread blocked on a mutex never does: the alarm cannot fire
+  // there. The release and ASan passes run this test.
+  GTEST_SKIP() << "the alarm cannot interrupt a blocked lock under ThreadSanitizer";
+#endif
   // Today's shape of the bug: a check fails inside a function that holds a lock, and a dumper
   // (registered by another layer) takes the same lock to print what it guards.
   EXPECT_DEATH(
