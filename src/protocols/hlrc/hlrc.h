@@ -325,8 +325,9 @@ class Hlrc final : public Protocol, public Consistency {
   // Applies the held diffs that are next in their writer's order, then answers held requests.
   void apply_held_locked(memory::PageId page, memory::PageEntry& e, std::vector<ReadyReply>* ready)
       REQUIRES(table_.lock_of(page));
+  // Answers the held requests for `page` that its version now covers.
   void answer_held_locked(memory::PageId page, memory::PageEntry& e,
-                          std::vector<ReadyReply>* ready);
+                          std::vector<ReadyReply>* ready) REQUIRES(table_.lock_of(page));
 
   // --- Home migration ---
   // Messages built under stripe locks and sent after them.
