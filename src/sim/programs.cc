@@ -495,34 +495,34 @@ Program counter_chain() {
   return pr;
 }
 
-// The shape of dsm_check's counter: 4 nodes x 2 threads increment one lock-protected counter
-// many times, so the lock often passes between the two threads of a node without a message and
-// one node sends several diffs in a row (with home migration on, the counter's page moves from
-// home to home while it is being written).
-Program counter_migrate() {
-  constexpr int kCounterRounds = 24;
-  Program pr{"counter_migrate", 4, 2, nullptr};
-  pr.install = [](Simulation& sim, Checker& c) {
+// Every thread of `nodes` x `tpn` increments one lock-protected counter `rounds` times, between
+// two barriers; node 0 allocates it. With `header`, as dsm_check does, node 0 writes a header
+// beside the counter (its lock and barrier handles) that every thread reads before a second
+// barrier.
+Program counter_program(std::string name, uint32_t nodes, uint32_t tpn, int rounds, bool header) {
+  Program pr{std::move(name), nodes, tpn, nullptr};
+  pr.install = [nodes, tpn, rounds, header](Simulation& sim, Checker& c) {
+    const uint32_t n = nodes * tpn;
     auto ad = std::make_shared<Addrs>();
-    for (uint32_t k = 0; k < 8; ++k) {
-      sim.spawn(k / 2, [ad, &c, k](Thread& t) {
-        // As dsm_check does: node 0 writes a header beside the counter (its lock and barrier
-        // handles), and every thread reads it before the first barrier.
+    for (uint32_t k = 0; k < n; ++k) {
+      sim.spawn(k / tpn, [ad, &c, k, n, rounds, header](Thread& t) {
         if (k == 0) {
           ad->a = {t.alloc(64)};
-          c.write(t, ad->a[0], 0x4c4b);
+          c.write(t, ad->a[0], header ? 0x4c4b : 1);
         }
-        c.barrier(t, barrier_id(0), 8);
-        c.read(t, ad->a[0]);
-        c.barrier(t, barrier_id(0), 8);
+        c.barrier(t, barrier_id(0), n);
+        if (header) {
+          c.read(t, ad->a[0]);
+          c.barrier(t, barrier_id(0), n);
+        }
         uint64_t counter = ad->a[0] + 8;
-        for (int i = 0; i < kCounterRounds; ++i) {
+        for (int i = 0; i < rounds; ++i) {
           c.lock(t, lock_id(0));
           uint64_t v = c.read(t, counter);
           c.write(t, counter, v + 1);
           c.unlock(t, lock_id(0));
         }
-        c.barrier(t, barrier_id(0), 8);
+        c.barrier(t, barrier_id(0), n);
         c.read(t, counter);
       });
     }
@@ -530,37 +530,17 @@ Program counter_migrate() {
   return pr;
 }
 
+// The shape of dsm_check's counter: 4 nodes x 2 threads, so the lock often passes between the
+// two threads of a node without a message and one node sends several diffs in a row (with home
+// migration on, the counter's page moves from home to home while it is being written).
+Program counter_migrate() { return counter_program("counter_migrate", 4, 2, 24, true); }
+
 // Two nodes increment one lock-protected counter in turn. With home migration the counter's page
 // moves to whichever node wrote it last, and with two nodes nobody else holds a copy, so it is
 // private at its new home: the new home's writes carry no notice, and the lock grant that carries
 // them to the old home may overtake the old home's answer to the offer (the old home must not
 // read its offered copy meanwhile).
-Program counter_migrate_2n() {
-  constexpr int kCounterRounds = 16;
-  Program pr{"counter_migrate_2n", 2, 1, nullptr};
-  pr.install = [](Simulation& sim, Checker& c) {
-    auto ad = std::make_shared<Addrs>();
-    for (uint32_t k = 0; k < 2; ++k) {
-      sim.spawn(k, [ad, &c, k](Thread& t) {
-        if (k == 0) {
-          ad->a = {t.alloc(64)};
-          c.write(t, ad->a[0], 1);
-        }
-        c.barrier(t, barrier_id(0), 2);
-        uint64_t counter = ad->a[0] + 8;
-        for (int i = 0; i < kCounterRounds; ++i) {
-          c.lock(t, lock_id(0));
-          uint64_t v = c.read(t, counter);
-          c.write(t, counter, v + 1);
-          c.unlock(t, lock_id(0));
-        }
-        c.barrier(t, barrier_id(0), 2);
-        c.read(t, counter);
-      });
-    }
-  };
-  return pr;
-}
+Program counter_migrate_2n() { return counter_program("counter_migrate_2n", 2, 1, 16, false); }
 
 }  // namespace
 
