@@ -7,7 +7,9 @@
 // it carries exactly the bytes that differ, never an unchanged one. Applying an unchanged byte
 // would overwrite another node's concurrent write of that byte at the home.
 //
-// Encoding: a sequence of runs, each
+// Encoding: one of two forms, whichever is smaller (the run form when both are the same size).
+//
+// Run form: a sequence of runs, each
 //
 //   offset size   field
 //   0      2      offset  first byte of the run in the page, little-endian, < kPageSize
@@ -16,7 +18,22 @@
 //
 // Runs are in increasing offset order and neither overlap nor touch: at least one unchanged byte
 // separates two runs, so each run is a maximal sequence of changed bytes. The empty encoding means
-// "no change". diff_create produces exactly this canonical form; diff_apply rejects anything else.
+// "no change".
+//
+// Mask form, for pages with many short runs (8-byte values of which some bytes did not change,
+// as in FFT's complex numbers: a run header per run would make the diff larger than the page):
+//
+//   offset size   field
+//   0      2      0xffff (kDiffMaskTag: no run starts there)
+//   2      8      blocks  bit b set: block b (bytes [64 b, 64 b + 64)) has changed bytes
+//   then, for each set bit b in increasing order:
+//          8      mask    bit i set: byte 64 b + i changed (never 0), little-endian
+//          n      bytes   the changed bytes' new contents, in page order (n = popcount(mask))
+//
+// Either form carries exactly the changed bytes; the mask form's overhead is at most
+// 10 + 8 * 64 bytes, so no diff is larger than a page plus kMaxDiffOverhead. diff_create produces
+// exactly this canonical form; diff_apply rejects anything malformed (it does not check that the
+// smaller form was chosen).
 //
 // Thread safety: pure functions of their arguments. note: in real use other threads may modify
 // `page` while a diff is created or applied, but only in words the diff does not cover; every
@@ -24,6 +41,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -34,14 +52,17 @@ namespace loom::memory {
 inline constexpr size_t kPageSize = 4096;
 // Size of a run's header (offset and length).
 inline constexpr size_t kDiffRunHeaderSize = 4;
-// The largest diff of one page. n runs carry P >= n bytes and need n - 1 unchanged bytes between
-// them, so P + n - 1 <= kPageSize, n <= kPageSize / 2, and the diff's 4n + P bytes are at most
-// this: 10241, for 2047 one-byte runs and one two-byte run.
-inline constexpr size_t kMaxDiffSize = (kDiffRunHeaderSize - 1) * (kPageSize / 2) + kPageSize + 1;
+// The first two bytes of a diff in the mask form.
+inline constexpr uint16_t kDiffMaskTag = 0xffff;
+// The mask form's largest overhead: the tag, the block bits and one mask per 64-byte block.
+inline constexpr size_t kMaxDiffOverhead = 2 + 8 + 8 * (kPageSize / 64);
+// The largest diff of one page (a page of which every other byte changed, in the mask form).
+inline constexpr size_t kMaxDiffSize = kPageSize + kMaxDiffOverhead;
 
 // Appends the diff of `page` against `twin` to *out and returns the number of bytes appended
 // (0 if the pages are identical). If the pages differ, *out is first grown by kMaxDiffSize and
-// then trimmed, so reusing one vector (clear() between pages) avoids allocating per page.
+// then trimmed, so reusing one vector (clear() between pages) avoids allocating per page. Both
+// forms are sized from one scan of the page; only the chosen one is written.
 // REQUIRES: twin and page each point to kPageSize bytes; out != nullptr.
 size_t diff_create(const std::byte* twin, const std::byte* page, std::vector<std::byte>* out);
 

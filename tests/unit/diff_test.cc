@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -35,9 +36,58 @@ std::vector<std::byte> create(const Page& twin, const Page& page) {
   return out;
 }
 
-// Decodes an encoding independently of diff.cc (little-endian by hand). Fails the test on a
-// malformed encoding.
+uint64_t u64_at(const std::vector<std::byte>& diff, size_t at) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < 8; ++i) v |= uint64_t{std::to_integer<uint8_t>(diff[at + i])} << (8 * i);
+  return v;
+}
+
+bool is_mask_form(const std::vector<std::byte>& diff) {
+  return diff.size() >= 2 && diff[0] == std::byte{0xff} && diff[1] == std::byte{0xff};
+}
+
+// Decodes the mask form into maximal runs (independently of diff.cc, bit by bit).
+std::vector<DecodedRun> decode_masks(const std::vector<std::byte>& diff) {
+  std::vector<bool> changed(kPageSize, false);
+  std::vector<std::byte> value(kPageSize);
+  EXPECT_GE(diff.size(), 10u);
+  if (diff.size() < 10) return {};
+  const uint64_t blocks = u64_at(diff, 2);
+  size_t pos = 10;
+  for (size_t b = 0; b < 64; ++b) {
+    if ((blocks >> b & 1) == 0) continue;
+    EXPECT_LE(pos + 8, diff.size()) << "truncated mask of block " << b;
+    if (pos + 8 > diff.size()) return {};
+    const uint64_t mask = u64_at(diff, pos);
+    EXPECT_NE(mask, 0u) << "block " << b << " is named with an empty mask";
+    pos += 8;
+    for (size_t i = 0; i < 64; ++i) {
+      if ((mask >> i & 1) == 0) continue;
+      EXPECT_LT(pos, diff.size()) << "truncated bytes of block " << b;
+      if (pos >= diff.size()) return {};
+      changed[b * 64 + i] = true;
+      value[b * 64 + i] = diff[pos++];
+    }
+  }
+  EXPECT_EQ(pos, diff.size()) << "bytes after the last block";
+  std::vector<DecodedRun> runs;
+  for (size_t i = 0; i < kPageSize;) {
+    if (!changed[i]) {
+      ++i;
+      continue;
+    }
+    DecodedRun r{i, 0, {}};
+    for (; i < kPageSize && changed[i]; ++i) r.data.push_back(value[i]);
+    r.length = r.data.size();
+    runs.push_back(std::move(r));
+  }
+  return runs;
+}
+
+// Decodes an encoding independently of diff.cc (little-endian by hand), either form, into its
+// runs of changed bytes. Fails the test on a malformed encoding.
 std::vector<DecodedRun> decode(const std::vector<std::byte>& diff) {
+  if (is_mask_form(diff)) return decode_masks(diff);
   std::vector<DecodedRun> runs;
   auto u16 = [&](size_t at) {
     return static_cast<size_t>(std::to_integer<unsigned>(diff[at]) |
@@ -76,14 +126,36 @@ size_t differing_bytes(const Page& a, const Page& b) {
   return n;
 }
 
+// The size of the run form and of the mask form of a diff with these runs.
+size_t run_form_size(const std::vector<DecodedRun>& runs) {
+  size_t n = 0;
+  for (const DecodedRun& r : runs) n += 4 + r.length;
+  return n;
+}
+size_t mask_form_size(const std::vector<DecodedRun>& runs) {
+  std::vector<bool> block(64, false);
+  size_t n = 10;
+  for (const DecodedRun& r : runs) {
+    for (size_t i = r.offset; i < r.offset + r.length; ++i) block[i / 64] = true;
+    n += r.length;
+  }
+  for (bool b : block) n += b ? 8 : 0;
+  return n;
+}
+
 // Checks everything a diff of `page` against `twin` must satisfy: runs are in the page, ordered,
 // separated by at least one byte, carry only bytes that differ (with the page's values), cover
-// every byte that differs, and applying the diff to a copy of the twin reproduces the page.
+// every byte that differs, and applying the diff to a copy of the twin reproduces the page. The
+// encoding is the smaller of the two forms (the run form on a tie).
 void check_diff(const Page& twin, const Page& page, const std::vector<std::byte>& diff) {
+  const std::vector<DecodedRun> runs = decode(diff);
+  EXPECT_EQ(diff.size(), std::min(run_form_size(runs), mask_form_size(runs)));
+  EXPECT_EQ(is_mask_form(diff), mask_form_size(runs) < run_form_size(runs));
+  EXPECT_LE(diff.size(), kMaxDiffSize);
   std::vector<bool> covered(kPageSize, false);
   size_t prev_end = 0;
   bool first = true;
-  for (const DecodedRun& r : decode(diff)) {
+  for (const DecodedRun& r : runs) {
     ASSERT_GE(r.length, 1u);
     ASSERT_LE(r.offset + r.length, kPageSize);
     if (!first) {
@@ -202,30 +274,60 @@ TEST(Diff, WholePageChangedIsOneRun) {
   check_diff(twin, page, diff);
 }
 
-TEST(Diff, EveryOtherByteChanged) {
+TEST(Diff, EveryOtherByteChangedUsesTheMaskForm) {
+  // 2048 one-byte runs would take 10 240 bytes as runs; as masks: 10 + 64 * 8 + 2048.
   const Page twin = random_page(7);
   Page page = twin;
   for (size_t i = 1; i < kPageSize; i += 2) flip(page[i]);
   const std::vector<std::byte> diff = create(twin, page);
+  ASSERT_TRUE(is_mask_form(diff));
   EXPECT_EQ(decode(diff).size(), kPageSize / 2);
-  EXPECT_EQ(diff.size(), kPageSize / 2 * 5);
+  EXPECT_EQ(diff.size(), 10 + 64 * 8 + kPageSize / 2);
   check_diff(twin, page, diff);
 }
 
-TEST(Diff, LargestPossibleDiff) {
-  // 2047 one-byte runs and a final two-byte run: the largest encoding a page can produce.
+TEST(Diff, RewrittenDoublesCostTheChangedBytesPlusTheMasks) {
+  // FFT-like: every 8-byte value of the page rewritten, but one byte of each (a high exponent
+  // byte) keeps its value. As runs that would be 512 runs of 7 bytes (5 632 bytes, 1.4 pages).
   const Page twin = random_page(8);
   Page page = twin;
-  for (size_t i = 0; i < kPageSize - 2; i += 2) flip(page[i]);
-  flip(page[kPageSize - 2]);
-  flip(page[kPageSize - 1]);
+  for (size_t i = 0; i < kPageSize; ++i)
+    if (i % 8 != 7) flip(page[i]);
   std::vector<std::byte> out(3, std::byte{1});  // output that does not start empty
   const size_t n = diff_create(twin.data(), page.data(), &out);
-  EXPECT_EQ(n, 2047u * 5 + 6);
   ASSERT_EQ(out.size(), 3 + n);
   const std::vector<std::byte> diff(out.begin() + 3, out.end());
-  EXPECT_EQ(decode(diff).size(), kPageSize / 2);
+  ASSERT_TRUE(is_mask_form(diff));
+  EXPECT_EQ(n, 10 + 64 * 8 + kPageSize / 8 * 7);
+  EXPECT_LT(n, kPageSize + 16);
+  EXPECT_EQ(decode(diff).size(), kPageSize / 8);
   check_diff(twin, page, diff);
+}
+
+TEST(Diff, FewRunsStayRuns) {
+  // Three runs: 12 bytes of headers against 10 + 3 * 8 for masks.
+  const Page twin = random_page(18);
+  Page page = twin;
+  for (size_t at : {10u, 700u, 4000u}) flip(page[at]);
+  const std::vector<std::byte> diff = create(twin, page);
+  EXPECT_FALSE(is_mask_form(diff));
+  EXPECT_EQ(diff.size(), 3u * 5);
+  check_diff(twin, page, diff);
+}
+
+TEST(Diff, NoDiffExceedsAPagePlusTheMaskOverhead) {
+  // Random pages with every density of scattered changes: never more than the changed bytes
+  // plus kMaxDiffOverhead.
+  std::mt19937 rng(77);
+  for (int density = 1; density <= 100; density += 3) {
+    const Page twin = random_page(static_cast<uint32_t>(density));
+    Page page = twin;
+    for (std::byte& b : page)
+      if (static_cast<int>(rng() % 100) < density) flip(b);
+    const std::vector<std::byte> diff = create(twin, page);
+    EXPECT_LE(diff.size(), differing_bytes(twin, page) + kMaxDiffOverhead) << density;
+    check_diff(twin, page, diff);
+  }
 }
 
 // False sharing: two nodes write different bytes of the same word (and of the same page) in the
@@ -375,6 +477,47 @@ TEST(Diff, AcceptsHandEncodedRuns) {
   for (size_t i = 4000; i < kPageSize; ++i) expected[i] = std::byte{0xee};
   ASSERT_TRUE(diff_apply(encode({{0, 3}, {4, 1}, {4000, 96}}), page.data()).is_ok());
   EXPECT_EQ(page, expected);
+}
+
+// Encodes the mask form by hand: the block bits, then each named block's mask and its bytes
+// (`fill`), less the last `drop` bytes.
+std::vector<std::byte> encode_masks(uint64_t blocks, std::initializer_list<uint64_t> masks,
+                                    size_t drop = 0, std::byte fill = std::byte{0xee}) {
+  std::vector<std::byte> out = {std::byte{0xff}, std::byte{0xff}};
+  auto put64 = [&](uint64_t v) {
+    for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::byte>(v >> (8 * i)));
+  };
+  put64(blocks);
+  for (uint64_t m : masks) {
+    put64(m);
+    out.insert(out.end(), static_cast<size_t>(std::popcount(m)), fill);
+  }
+  out.resize(out.size() - drop);
+  return out;
+}
+
+TEST(Diff, AcceptsHandEncodedMasks) {
+  Page page = random_page(13);
+  Page expected = page;
+  expected[64 + 0] = expected[64 + 2] = expected[64 + 63] = std::byte{0xee};  // block 1
+  expected[kPageSize - 1] = std::byte{0xee};                                  // block 63
+  const uint64_t last = uint64_t{1} << 63;
+  const std::vector<std::byte> d = encode_masks(2 | last, {0x5 | last, last});
+  ASSERT_TRUE(diff_apply(d, page.data()).is_ok());
+  EXPECT_EQ(page, expected);
+  EXPECT_EQ(diff_payload_bytes(d), 4u);
+}
+
+TEST(Diff, RejectsMalformedMasks) {
+  expect_rejected(encode_masks(1, {0xff}, 8 + 8 + 1), "mask-form header has 9 of 10 bytes");
+  expect_rejected(encode_masks(0, {}), "mask-form diff names no changed block");
+  expect_rejected(encode_masks(0x3, {0xff}), "the mask of block 1 at byte 26 is cut off");
+  expect_rejected(encode_masks(0x3, {0xff, 0}),
+                  "block 1 is named but its mask at byte 26 is empty");
+  expect_rejected(encode_masks(0x3, {0xff, 0xf}, 1), "block 1 has 3 of its 4 changed bytes");
+  std::vector<std::byte> d = encode_masks(0x1, {0xff});
+  d.push_back(std::byte{0});
+  expect_rejected(d, "mask-form diff: 1 bytes after the last block");
 }
 
 TEST(PseudoPages, ChangedBlocksNamesEveryBlockWithADifferentByte) {
