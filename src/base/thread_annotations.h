@@ -31,6 +31,12 @@
 
 namespace loom {
 
+// How many Mutexes this thread holds. The fault handler refuses a fault in the shared region
+// while this is nonzero (memory/fault.h): handling it would take Loom's locks again. why
+// initial-exec: one TLS access per lock and unlock, without a __tls_get_addr call in the shared
+// libraries (they are loaded at start-up, never dlopen'ed).
+inline thread_local int t_mutexes_held __attribute__((tls_model("initial-exec"))) = 0;
+
 // std::mutex with capability annotations (libstdc++'s std::mutex has none).
 // Under the simulator's cooperative scheduling (base/coop.h) a contended lock parks the thread
 // instead of blocking it.
@@ -38,9 +44,17 @@ class CAPABILITY("mutex") Mutex {
  public:
   void lock() ACQUIRE() {
     if (!mu_.try_lock()) lock_slow();
+    ++t_mutexes_held;
   }
-  void unlock() RELEASE() { mu_.unlock(); }
-  bool try_lock() TRY_ACQUIRE(true) { return mu_.try_lock(); }
+  void unlock() RELEASE() {
+    --t_mutexes_held;
+    mu_.unlock();
+  }
+  bool try_lock() TRY_ACQUIRE(true) {
+    if (!mu_.try_lock()) return false;
+    ++t_mutexes_held;
+    return true;
+  }
   // Tells the analysis that the caller holds the mutex (checked by the caller's own logic).
   void assert_held() ASSERT_CAPABILITY(this) {}
   std::mutex& native() { return mu_; }

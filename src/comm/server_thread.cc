@@ -63,7 +63,10 @@ void ServerThread::add_fd(int fd, std::function<void()> on_readable) {
 void ServerThread::start() {
   LOOM_CHECK(!running(), "server thread started twice");
   stop_.store(false);
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    if (opts_.on_start) opts_.on_start();
+    loop();
+  });
 }
 
 void ServerThread::stop() {

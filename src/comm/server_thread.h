@@ -41,6 +41,7 @@ class ServerThread {
     int64_t spin_ns = 50'000;
     int64_t tick_ns = 100'000'000;
     bool spin_while_computing = false;  // skip the policy above: always spin
+    std::function<void()> on_start;     // runs first on the new thread (e.g. to mark it)
   };
   struct Stats {
     uint64_t sleeps = 0;         // times the thread went to sleep

@@ -7,7 +7,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "base/log.h"
+#include "base/thread_annotations.h"
 
 namespace loom::memory {
 namespace {
@@ -20,6 +23,21 @@ std::atomic<AddressSpace*> g_space{nullptr};
 std::atomic<FaultTarget*> g_target{nullptr};
 struct sigaction g_previous;
 bool g_installed = false;
+// The calling thread's role if it must never fault on the region (forbid_faults_on_this_thread).
+thread_local const char* t_forbidden = nullptr;
+// The address whose fault this thread is handling, or nullptr.
+thread_local void* t_handling = nullptr;
+
+// A region fault Loom must not take; why: handling it would wait for something the faulting
+// thread itself provides (the server thread's handlers, a lock it holds, the fault it is
+// handling already), so the process would hang. note: log::fatal formats and writes, which is
+// safe here: the fault is synchronous, raised by Loom's own access, never inside malloc.
+[[noreturn]] void refuse(void* addr, bool is_write, const char* why) {
+  log::fatal(
+      fmt::format("a {} of shared address {} {}: Loom's own code touched the application "
+                  "view where it must not (the handler would deadlock)",
+                  is_write ? "write" : "read", addr, why));
+}
 
 // Hands the fault to whoever was there before Loom.
 void pass_on(int sig, siginfo_t* info, void* ctx) {
@@ -50,7 +68,18 @@ void on_segv(int sig, siginfo_t* info, void* ctx) {
     auto* uc = static_cast<ucontext_t*>(ctx);
     // Page-fault error code bit 1: the access was a write.
     bool is_write = (uc->uc_mcontext.gregs[REG_ERR] & 0x2) != 0;
+    if (t_forbidden != nullptr)
+      refuse(addr, is_write, fmt::format("faulted on {}", t_forbidden).c_str());
+    if (t_handling != nullptr)
+      refuse(addr, is_write,
+             fmt::format("faulted while this thread handled the fault at {}", t_handling).c_str());
+    if (t_mutexes_held > 0)
+      refuse(addr, is_write,
+             fmt::format("faulted while this thread holds {} of Loom's locks", t_mutexes_held)
+                 .c_str());
+    t_handling = addr;
     handled = target->on_fault(addr, is_write);
+    t_handling = nullptr;
   }
   if (!handled) pass_on(sig, info, ctx);
   errno = saved_errno;
@@ -58,11 +87,15 @@ void on_segv(int sig, siginfo_t* info, void* ctx) {
 
 }  // namespace
 
+void forbid_faults_on_this_thread(const char* role) { t_forbidden = role; }
+
 Status install_fault_handler(AddressSpace* space, FaultTarget* target) {
   LOOM_CHECK(!g_installed, "the fault handler is installed twice");
   struct sigaction sa {};
   sa.sa_sigaction = on_segv;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
+  // why SA_NODEFER: a fault inside the handling of a fault must reach the handler (which stops
+  // with a message); with SIGSEGV blocked the kernel would kill the process without one.
+  sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
   sigemptyset(&sa.sa_mask);
   g_space.store(space, std::memory_order_release);
   g_target.store(target, std::memory_order_release);

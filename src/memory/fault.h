@@ -9,6 +9,13 @@
 // Only x86-64 is supported: the page-fault error code in the signal context tells reads from
 // writes.
 //
+// Faults Loom must never take (they would deadlock: the handler waits for the server thread, or
+// for a lock the faulting thread holds) stop the process with log::fatal naming the address, the
+// thread's role and the cause, instead of hanging: a region fault on a thread that called
+// forbid_faults_on_this_thread (the server thread, which runs every handler), a fault while the
+// thread holds a Loom Mutex (base/thread_annotations.h counts them), and a fault inside the
+// handling of another fault.
+//
 // Thread safety: install()/uninstall() from one thread while no faults can happen.
 #pragma once
 
@@ -26,6 +33,10 @@ class FaultTarget {
  protected:
   ~FaultTarget() = default;
 };
+
+// Marks the calling thread as one that must never fault on the region; `role` (a string with
+// static storage, e.g. "the server thread") names it in the fatal message.
+void forbid_faults_on_this_thread(const char* role);
 
 // Installs Loom's SIGSEGV handler for `space`, sending its faults to `target`.
 Status install_fault_handler(AddressSpace* space, FaultTarget* target);

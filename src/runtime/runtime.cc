@@ -137,6 +137,9 @@ std::unique_ptr<Runtime> Runtime::start() {
   sopts.spin_ns = rt->config_.get_int("SPIN_US") * 1000;
   sopts.spin_while_computing = rt->config_.get_bool("SPIN_WHILE_COMPUTING");
   sopts.tick_ns = std::min<int64_t>(rt->comm_->options().heartbeat_ns / 2, 100'000'000);
+  // Handlers never touch the application view (docs/architecture.md); a fault there would wait
+  // for this very thread.
+  sopts.on_start = [] { memory::forbid_faults_on_this_thread("the server thread"); };
   rt->server_ = std::make_unique<comm::ServerThread>(*rt->comm_, *rt->transport_, sopts);
   if (int fd = rt->bootstrap_->event_fd(); fd >= 0) {
     rt->server_->add_fd(fd, [raw] {

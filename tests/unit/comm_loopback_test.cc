@@ -40,8 +40,8 @@ struct Cluster {
 
   void start_servers() {
     for (auto& c : comms) {
-      servers.push_back(std::make_unique<ServerThread>(*c, fabric.endpoint(c->rank()),
-                                                       ServerThread::Options{20'000, 5'000'000}));
+      servers.push_back(std::make_unique<ServerThread>(
+          *c, fabric.endpoint(c->rank()), ServerThread::Options{20'000, 5'000'000, false, {}}));
       servers.back()->start();
     }
   }
@@ -442,7 +442,7 @@ ServerThread::Stats run_spin_policy(bool compute, bool spin_while_computing) {
                        })
                   .is_ok());
   ServerThread server(*cl.comms[0], cl.fabric.endpoint(0),
-                      ServerThread::Options{200'000, 5'000'000, spin_while_computing});
+                      ServerThread::Options{200'000, 5'000'000, spin_while_computing, {}});
   server.start();
   std::atomic<bool> stop{false};
   std::thread app([&] {
