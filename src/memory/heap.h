@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -97,6 +98,11 @@ class Heap {
     ProtocolId protocol;
   };
   Resolved resolve(PageId page);
+  // The page's home and protocol if this node knows them without asking anyone and without
+  // deciding a first touch (its page-table entry, its allocation's placement, the home map);
+  // records them in the page's entry. nullopt otherwise. Never waits: fetch-ahead uses it for
+  // the pages after a faulting one.
+  std::optional<Resolved> known(PageId page);
   ProtocolId default_protocol() const { return default_protocol_; }
 
   struct Stats {

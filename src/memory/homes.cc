@@ -209,6 +209,42 @@ Heap::Resolved Heap::resolve(PageId page) {
   return {e.home, e.protocol};
 }
 
+std::optional<Heap::Resolved> Heap::known(PageId page) {
+  if (page >= space_.num_pages()) return std::nullopt;
+  if (PageEntry* e = table_.find(page); e != nullptr) {
+    MutexLock l(table_.lock_of(page));
+    if (e->home != kHomeUnknown && e->protocol != kProtocolUnknown)
+      return Resolved{e->home, e->protocol};
+  }
+  std::optional<Resolved> r;
+  if (space_.is_static(page)) {
+    r = Resolved{0, default_protocol_};
+  } else {
+    {
+      MutexLock l(remote_mu_);
+      auto it = remote_records_.upper_bound(page);
+      if (it != remote_records_.begin()) {
+        const Record& rec = std::prev(it)->second;
+        if (page < rec.first + rec.pages) {
+          const int32_t home = home_in_record(rec, page);
+          if (home >= 0) r = Resolved{home, rec.protocol};
+        }
+      }
+    }
+    if (!r) {
+      MutexLock l(mu_);
+      std::optional<HomeRun> v = homes_.find(page);
+      if (v && v->value.kind == HomeKind::kHome) r = Resolved{v->value.node, v->value.protocol};
+    }
+  }
+  if (!r || r->home < 0 || r->home >= static_cast<int32_t>(nodes_)) return std::nullopt;
+  PageEntry& e = table_.at(page);
+  MutexLock l(table_.lock_of(page));
+  if (e.home == kHomeUnknown) e.home = r->home;
+  if (e.protocol == kProtocolUnknown) e.protocol = r->protocol;
+  return Resolved{e.home, e.protocol};
+}
+
 Heap::Resolved Heap::resolve_first_touch(PageId page) {
   const uint64_t chunk = page / kChunkPages;
   int32_t owner = -1;

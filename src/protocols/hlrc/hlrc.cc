@@ -80,11 +80,44 @@ bool parse_page_reply(ByteReader& r, uint32_t nodes, PageReply* out) {
 // limit (128 KiB).
 constexpr uint32_t kMaxBatchPages = 16;
 
-// Per application thread: the run of pages its last fetch brought (fetch-ahead's stream
-// detection) and the readahead window that run used.
-thread_local PageId t_run_first = ~PageId{0};
-thread_local PageId t_run_last = ~PageId{0};
-thread_local uint32_t t_window = 0;
+// Per application thread: the streams of pages it reads in ascending order (fetch-ahead). A
+// thread may read several arrays at once (FFT's initialisation touches x, trans and umain2 in
+// one loop), so it keeps the last kStreams of them. Each: the first page of the stream, the run
+// of pages its last fetch brought, the readahead window that fetch used, and when it was last
+// used (for replacement).
+struct Stream {
+  PageId first = ~PageId{0};
+  PageId run_first = ~PageId{0};
+  PageId run_last = ~PageId{0};
+  uint32_t window = 0;
+  uint64_t used = 0;
+};
+constexpr size_t kStreams = 4;
+thread_local Stream t_streams[kStreams];
+thread_local uint64_t t_stream_clock = 0;
+
+// The stream a fault on `page` continues (it comes after the first page of the stream's last
+// run and at most two pages after its last one), with its window doubled up to `max_window`; or
+// a new stream in the least recently used slot, whose first fetch asks for as many pages as the
+// stream it replaces had (a transpose or a block copy reads one row segment after another;
+// random access, whose streams are one page long, stays at one page per fault).
+Stream& stream_for(PageId page, uint32_t max_window) {
+  Stream* lru = &t_streams[0];
+  for (Stream& s : t_streams) {
+    if (s.run_first != ~PageId{0} && page > s.run_first && page <= s.run_last + 2) {
+      s.window = std::min<uint32_t>(std::max<uint32_t>(2 * s.window, 2), max_window);
+      s.used = ++t_stream_clock;
+      return s;
+    }
+    if (s.used < lru->used) lru = &s;
+  }
+  const PageId last_len =
+      lru->first == ~PageId{0} || lru->run_last < lru->first ? 1 : lru->run_last - lru->first + 1;
+  lru->window = static_cast<uint32_t>(std::min<PageId>(last_len - 1, max_window));
+  lru->first = page;
+  lru->used = ++t_stream_clock;
+  return *lru;
+}
 
 // The new home's answer to a home offer.
 struct HomeAnswer {
@@ -389,11 +422,8 @@ bool Hlrc::fault_home(PageId page, PageEntry& e, bool is_write, MutexLock& held)
 bool Hlrc::fetch(PageId page, bool is_write) {
   PageEntry& e = table_.at(page);
   int64_t t0 = now();
-  // Fetch-ahead: a fault just after the run of pages this thread fetched last continues a
-  // stream; the readahead window doubles up to fetch_ahead (any other fault ends the stream).
-  const bool stream = t_run_first != ~PageId{0} && page > t_run_first && page <= t_run_last + 2;
-  t_window =
-      stream ? std::min<uint32_t>(std::max<uint32_t>(2 * t_window, 2), opts_.fetch_ahead) : 0;
+  // Fetch-ahead (docs/protocols/hlrc.md#fetch-ahead).
+  Stream& stream = stream_for(page, opts_.fetch_ahead);
   std::vector<ExtraPage> extras;
   bool first_round = true;
   for (;;) {
@@ -405,15 +435,15 @@ bool Hlrc::fetch(PageId page, bool is_write) {
       home = e.home;
       first_use = e.state == st(PageState::kUnknown);
     }
-    if (first_round && t_window > 0 && opts_.mutant == Options::Mutant::kNone)
-      extras = claim_ahead(page, home, std::min(t_window, kMaxBatchPages - 1));
+    if (first_round && stream.window > 0 && opts_.mutant == Options::Mutant::kNone)
+      extras = claim_ahead(page, home, std::min(stream.window, kMaxBatchPages - 1));
     first_round = false;
     {
       MutexLock l(table_.lock_of(page));
       req = page_request(page, e.required, extras);
     }
-    t_run_first = page;
-    t_run_last = extras.empty() ? page : extras.back().page;
+    stream.run_first = page;
+    stream.run_last = extras.empty() ? page : extras.back().page;
     int64_t w0 = now();
     comm::Comm::Request call;
     Status sent =
@@ -800,7 +830,12 @@ std::vector<Hlrc::ExtraPage> Hlrc::claim_ahead(PageId page, int32_t home, uint32
   const PageId end = std::min<PageId>(page + 1 + 2 * count, space_.heap_pages());
   for (PageId q = page + 1; q < end && out.size() < count; ++q) {
     PageEntry* e = table_.find(q);
-    if (e == nullptr) break;  // never resolved here: its home is not known
+    if (e == nullptr || e->home == memory::kHomeUnknown) {
+      // Never resolved here: only if this node knows its home without asking (a page nobody
+      // touched yet would be decided by this fetch, so the run ends there).
+      if (!heap_.known(q)) break;
+      e = &table_.at(q);
+    }
     MutexLock l(table_.lock_of(q));
     if (e->home != home || e->protocol != kHlrcId) break;
     if (e->state == st(PageState::kReadOnly) || e->state == st(PageState::kWritable)) continue;
