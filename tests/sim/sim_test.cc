@@ -1,7 +1,9 @@
 // The simulator itself: determinism, and that it reports what it must (deadlocks, program
 // races, stray accesses) instead of hanging or passing.
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include <array>
 
 #include "sim/checker.h"
 #include "sim/programs.h"
@@ -153,6 +155,53 @@ TEST(ScenarioTest, PrefetchesGoToEachHomeInBatches) {
     // Each neighbour's row is 2 pages: one request brings both.
     EXPECT_LE(requests(*batched), requests(*single) * 6 / 10) << n << " nodes";
   }
+}
+
+// Fetch-ahead (docs/protocols/hlrc.md#fetch-ahead) follows several streams of one thread: node
+// 1 reads two arrays homed at node 0 page by page, interleaved (FFT's initialisation); and it
+// starts a new stream as long as the last one: node 1 then reads the first 4 pages of each
+// 8-page row (a transpose's row segments). With one stream per thread every interleaved read
+// faulted and fetched one page, and every row took 2 to 3 requests.
+TEST(ScenarioTest, FetchAheadFollowsInterleavedStreamsAndRowSegments) {
+  constexpr uint64_t kPages = 64, kRows = 16, kRowPages = 8, kSegment = 4;
+  Options o;
+  o.nodes = 2;
+  o.hlrc.fetch_ahead = 8;
+  Simulation sim(o);
+  auto bases = std::make_shared<std::array<uint64_t, 3>>();
+  sim.spawn(0, [bases](Thread& t) {
+    (*bases)[0] = t.alloc(kPages * 4096, memory::Placement::kNode, 0);
+    (*bases)[1] = t.alloc(kPages * 4096, memory::Placement::kNode, 0);
+    (*bases)[2] = t.alloc(kRows * kRowPages * 4096, memory::Placement::kNode, 0);
+    for (uint64_t base : *bases)
+      for (uint64_t p = 0; p < (base == (*bases)[2] ? kRows * kRowPages : kPages); ++p)
+        t.write(base + p * 4096, p + 1);
+    t.barrier(barrier_id(0), 2);
+    t.barrier(barrier_id(0), 2);
+  });
+  auto interleaved = std::make_shared<std::pair<uint64_t, uint64_t>>();
+  sim.spawn(1, [bases, interleaved](Thread& t) {
+    t.barrier(barrier_id(0), 2);
+    const protocols::hlrc::Counters& c = t.sim().hlrc_counters(1);
+    for (uint64_t p = 0; p < kPages; ++p) {
+      EXPECT_EQ(t.read((*bases)[0] + p * 4096), p + 1);
+      EXPECT_EQ(t.read((*bases)[1] + p * 4096), p + 1);
+    }
+    *interleaved = {c.read_faults.load(), c.pages_ahead.load()};
+    for (uint64_t r = 0; r < kRows; ++r)
+      for (uint64_t p = 0; p < kSegment; ++p) {
+        const uint64_t page = r * kRowPages + p;
+        EXPECT_EQ(t.read((*bases)[2] + page * 4096), page + 1);
+      }
+    t.barrier(barrier_id(0), 2);
+  });
+  ASSERT_TRUE(sim.run().is_ok());
+  const protocols::hlrc::Counters& c = sim.hlrc_counters(1);
+  // Two streams of 64 pages: windows of 2, 4, 8, then 9 pages per fault each.
+  EXPECT_LE(interleaved->first, 2u * (kPages / 9 + 4)) << "faults on the interleaved arrays";
+  EXPECT_GE(interleaved->second, 2u * kPages * 3 / 4) << "pages fetched ahead";
+  // 16 row segments of 4 pages: the first few ramp up, then one fault per segment.
+  EXPECT_LE(c.read_faults.load() - interleaved->first, kRows + 4) << "faults on the segments";
 }
 
 // Solicited arrivals (sync/barriers.h): from the second episode on, every node's arrival
