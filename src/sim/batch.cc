@@ -20,6 +20,7 @@ BatchResult run_batch(const BatchOptions& options) {
       if (setting.applies_to(o.protocol)) ++r.drawn[std::string(setting.name)][setting.get(o)];
     for (uint64_t j = 0; j < options.schedules; ++j) {
       o.seed = j == 0 ? s : s ^ (j * 0x9e3779b97f4a7c15ull);
+      if (options.starting) options.starting(s, j, o);
       CheckStats st;
       Status status = check_program(p, o, &st);
       if (!status) {

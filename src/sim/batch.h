@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -26,6 +27,9 @@ struct BatchOptions {
   SettingsMode mode = SettingsMode::kVary;
   std::set<std::string> fixed;  // settings given on the command line: never drawn
   Options base;                 // the protocol, mutants, tracing, fixed settings
+  // If set, called before each run with the program's seed, the schedule (0: the program's own
+  // seed) and the options it runs with: what a report of a crash in the run needs.
+  std::function<void(uint64_t program_seed, uint64_t schedule, const Options&)> starting;
 };
 
 struct BatchResult {

@@ -28,6 +28,7 @@
 #include <optional>
 #include <set>
 
+#include "base/log.h"
 #include "sim/batch.h"
 #include "sim/programs.h"
 #include "sim/scenarios.h"
@@ -72,32 +73,52 @@ std::string drawn_text(const BatchResult& r) {
   return out;
 }
 
+// What a failed run of program `seed` (schedule `schedule`) prints after its reason: the settings
+// it ran with and the commands that replay it.
+std::string failure_report(const BatchOptions& batch, const std::string& mutant, uint64_t seed,
+                           uint64_t schedule, const Options& o, uint64_t runs_passed) {
+  std::string common =
+      fmt::format("--check 1 --seed {}{}{}{}{}", seed,
+                  batch.schedules > 1 ? fmt::format(" --schedules {}", schedule + 1) : "",
+                  batch.litmus ? " --litmus " + *batch.litmus : "",
+                  o.protocol == "hlrc" ? "" : " --protocol " + o.protocol,
+                  mutant.empty() ? "" : " --mutant " + mutant);
+  std::string out = fmt::format(
+      "loom-sim: program {} ran with the settings {} ({})\n"
+      "loom-sim: {} runs passed before this one; replay with: loom-sim {} {} --trace\n",
+      seed, describe_settings(o),
+      batch.mode == SettingsMode::kVary ? "drawn from its seed" : "the defaults and the flags",
+      runs_passed, common, settings_flags(o));
+  if (batch.mode == SettingsMode::kVary && batch.fixed.empty())
+    out += fmt::format("loom-sim: (or with the settings drawn again: loom-sim {})\n", common);
+  return out;
+}
+
 // Runs programs seed..seed+count-1, each under `schedules` schedules: the first with the
 // program's own seed, the others with seeds derived from it.
-int run_check(const BatchOptions& batch, const std::string& mutant, bool json) {
+int run_check(BatchOptions batch, const std::string& mutant, bool json) {
+  // A check that fails inside protocol code (LOOM_CHECK) aborts; its report names the run too.
+  struct Current {
+    uint64_t seed = 0, schedule = 0, runs = 0;
+    Options options;
+  } current;
+  batch.starting = [&current](uint64_t s, uint64_t j, const Options& o) {
+    ++current.runs;  // called once per run
+    current.seed = s;
+    current.schedule = j;
+    current.options = o;
+  };
+  int dumper = log::add_state_dumper([&] {
+    std::cerr << failure_report(batch, mutant, current.seed, current.schedule, current.options,
+                                current.runs - 1);
+  });
   BatchResult r = run_batch(batch);
+  log::remove_state_dumper(dumper);
   const char* mode = batch.mode == SettingsMode::kVary ? "vary" : "default";
   if (!r.failure.is_ok()) {
-    const Options& o = r.failed_options;
-    const uint64_t s = r.failed_seed;
-    std::string common = fmt::format(
-        "--check 1 --seed {}{}{}{}{}", s,
-        batch.schedules > 1 ? fmt::format(" --schedules {}", r.failed_schedule + 1) : "",
-        batch.litmus ? " --litmus " + *batch.litmus : "",
-        o.protocol == "hlrc" ? "" : " --protocol " + o.protocol,
-        mutant.empty() ? "" : " --mutant " + mutant);
     std::cerr << "loom-sim: " << r.failure.message() << '\n'
-              << fmt::format("loom-sim: program {} ran with the settings {} ({})\n", s,
-                             describe_settings(o),
-                             batch.mode == SettingsMode::kVary ? "drawn from its seed"
-                                                               : "the defaults and the flags")
-              << fmt::format(
-                     "loom-sim: {} runs passed before this one; replay with: loom-sim {} {} "
-                     "--trace\n",
-                     r.runs, common, settings_flags(o));
-    if (batch.mode == SettingsMode::kVary && batch.fixed.empty())
-      std::cerr << fmt::format("loom-sim: (or with the settings drawn again: loom-sim {})\n",
-                               common);
+              << failure_report(batch, mutant, r.failed_seed, r.failed_schedule, r.failed_options,
+                                r.runs);
     exit_now(kExitViolation);
   }
   if (json) {
