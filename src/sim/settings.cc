@@ -8,7 +8,7 @@ namespace {
 
 constexpr uint64_t kLrcDefaultGcBytes = uint64_t{64} << 20;  // LOOM_LRC_GC_BYTES's default
 
-uint64_t mix(uint64_t x) {
+uint64_t splitmix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
@@ -124,7 +124,7 @@ Options draw_settings(const Options& base, uint64_t program_seed,
   Options o = base;
   for (const Setting& s : settings()) {
     if (!s.applies_to(base.protocol) || fixed.count(std::string(s.name)) != 0) continue;
-    s.set(o, s.values[mix(program_seed ^ name_hash(s.name)) % s.values.size()]);
+    s.set(o, s.values[splitmix(program_seed ^ name_hash(s.name)) % s.values.size()]);
   }
   return o;
 }
