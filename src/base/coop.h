@@ -5,9 +5,10 @@
 // thread-local load on a slow path (a contended Mutex, a CondVar wait, a Completion wait). In the
 // simulator, every simulated application thread is a real thread, but only one runs at a time;
 // it has a CoopScheduler, and wherever it would block it instead calls block_until(), which hands
-// the turn back to the simulator until `ready` holds. The simulator evaluates `ready` on its own
-// thread while the caller is parked, so `ready` must only read state the simulator can see
-// without racing (atomics, or state guarded by the turn itself).
+// the turn back to the simulator until `ready` holds. The simulator evaluates `ready` on another
+// thread (its scheduler's, or the simulated thread whose turn just ended) while the caller is
+// parked, so `ready` must only read state the simulator can see without racing (atomics, or state
+// guarded by the turn itself).
 #pragma once
 
 #include <functional>

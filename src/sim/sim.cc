@@ -44,7 +44,7 @@ struct SimThread {
   std::function<void(Thread&)> body;
   Thread api;
   std::thread os;
-  std::binary_semaphore go{0};
+  Baton go;
   State state = State::kNew;
   std::function<bool()> ready;
   std::string_view what;
@@ -58,8 +58,7 @@ class Simulation::ThreadTurn final : public CoopScheduler {
     t_.ready = std::move(ready);
     t_.what = what;
     t_.state = SimThread::State::kBlocked;
-    sim_.back_.release();
-    t_.go.acquire();
+    sim_.pass_turn(t_);
     t_.state = SimThread::State::kRunning;
   }
 
@@ -208,21 +207,38 @@ std::string Simulation::trace_tail() const {
 
 // --- Scheduling ---------------------------------------------------------------------------------
 
-void Simulation::resume(SimThread& t) {
+void Simulation::start(SimThread& t) {
   if (t.state == SimThread::State::kNew) {
     t.state = SimThread::State::kRunning;
     t.os = std::thread([this, &t] {
       ThreadTurn turn(*this, t);
       set_coop_scheduler(&turn);
-      t.go.acquire();
+      t.go.wait();
       t.body(t.api);
       set_coop_scheduler(nullptr);
       t.state = SimThread::State::kDone;
-      back_.release();
+      pass_turn(t);
     });
   }
-  t.go.release();
-  back_.acquire();
+  t.go.post();
+}
+
+// note: the thread that ends its turn makes the next choice itself, exactly as the scheduler's
+// loop would (same state, same generator), and hands the turn straight to the thread chosen, or
+// keeps it: a step from one thread to another costs one thread switch instead of two, and a
+// thread chosen again costs none. Messages are delivered on the scheduler's thread only, so
+// handlers run on one thread, as on a node's server thread.
+void Simulation::pass_turn(SimThread& me) {
+  const bool ended = me.state == SimThread::State::kDone;
+  Step next = decide();
+  if (next.kind == Step::kThread && threads_[next.index].get() == &me) return;
+  if (next.kind == Step::kThread) {
+    start(*threads_[next.index]);
+  } else {
+    handed_ = next;
+    back_.post();
+  }
+  if (!ended) me.go.wait();
 }
 
 void Simulation::deliver(size_t i) {
@@ -247,47 +263,54 @@ void Simulation::deliver(size_t i) {
   LOOM_CHECK(!net_->staged(n), "node {} did not take its message", n);
 }
 
+Simulation::Step Simulation::decide() {
+  if (!failure_.is_ok()) return {Step::kEnd, 0};
+  choices_.clear();
+  bool all_done = true;
+  for (size_t k = 0; k < threads_.size(); ++k) {
+    SimThread& t = *threads_[k];
+    switch (t.state) {
+      case SimThread::State::kDone:
+        break;
+      case SimThread::State::kBlocked:
+        all_done = false;
+        if (t.ready()) choices_.push_back({Step::kThread, k});
+        break;
+      default:
+        all_done = false;
+        choices_.push_back({Step::kThread, k});
+    }
+  }
+  for (size_t k = 0; k < net_->in_flight(); ++k) choices_.push_back({Step::kMessage, k});
+  if (choices_.empty()) {
+    if (all_done) return {Step::kEnd, 0};
+    std::string blocked;
+    for (auto& t : threads_)
+      if (t->state == SimThread::State::kBlocked)
+        blocked += fmt::format(" {} on a {};", thread_name(*t), t->what);
+    fail(Status::internal(fmt::format("deadlock: nothing to deliver and{}", blocked)));
+    return {Step::kEnd, 0};
+  }
+  if (++steps_ > opts_.max_steps) {
+    fail(Status::internal(fmt::format("no end after {} steps", opts_.max_steps)));
+    return {Step::kEnd, 0};
+  }
+  return choices_[rng_() % choices_.size()];
+}
+
 Status Simulation::run() {
   LOOM_CHECK(!running_, "run() twice");
   running_ = true;
-  std::vector<std::pair<bool, size_t>> choices;  // (is a thread, index)
-  for (;;) {
-    if (!failure_.is_ok()) break;
-    choices.clear();
-    bool all_done = true;
-    for (size_t k = 0; k < threads_.size(); ++k) {
-      SimThread& t = *threads_[k];
-      switch (t.state) {
-        case SimThread::State::kDone:
-          break;
-        case SimThread::State::kBlocked:
-          all_done = false;
-          if (t.ready()) choices.emplace_back(true, k);
-          break;
-        default:
-          all_done = false;
-          choices.emplace_back(true, k);
-      }
+  for (Step next = decide(); next.kind != Step::kEnd;) {
+    if (next.kind == Step::kMessage) {
+      deliver(next.index);
+      next = decide();
+      continue;
     }
-    for (size_t k = 0; k < net_->in_flight(); ++k) choices.emplace_back(false, k);
-    if (choices.empty()) {
-      if (all_done) break;
-      std::string blocked;
-      for (auto& t : threads_)
-        if (t->state == SimThread::State::kBlocked)
-          blocked += fmt::format(" {} on a {};", thread_name(*t), t->what);
-      fail(Status::internal(fmt::format("deadlock: nothing to deliver and{}", blocked)));
-      break;
-    }
-    if (++steps_ > opts_.max_steps) {
-      fail(Status::internal(fmt::format("no end after {} steps", opts_.max_steps)));
-      break;
-    }
-    auto [is_thread, k] = choices[rng_() % choices.size()];
-    if (is_thread)
-      resume(*threads_[k]);
-    else
-      deliver(k);
+    // The threads take turns among themselves until one of them hands a choice back.
+    start(*threads_[next.index]);
+    back_.wait();
+    next = handed_;
   }
   if (!failure_.is_ok()) {
     // Threads that finished can still be joined; the parked ones stay parked (abandon()).

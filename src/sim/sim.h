@@ -23,7 +23,6 @@
 #include <functional>
 #include <memory>
 #include <random>
-#include <semaphore>
 #include <span>
 #include <string>
 #include <thread>
@@ -34,6 +33,7 @@
 #include "protocols/lrc/lrc_mw.h"
 #include "protocols/platform.h"
 #include "protocols/single/single_owner.h"
+#include "sim/baton.h"
 #include "sync/barriers.h"
 #include "sync/objects.h"
 
@@ -167,7 +167,14 @@ class Simulation {
   class ThreadTurn;
   class HandlerTurn;
 
-  void resume(SimThread& t);
+  // One scheduling decision: a thread to run, a message to deliver, or the end of the run.
+  struct Step {
+    enum Kind : uint8_t { kEnd, kThread, kMessage } kind;
+    size_t index;  // into threads_ or the messages in flight
+  };
+  Step decide();
+  void start(SimThread& t);       // lets `t` run (starting its OS thread the first time)
+  void pass_turn(SimThread& me);  // `me` stopped at a scheduling point (or ended): next step
   void deliver(size_t i);
   std::string thread_name(const SimThread& t) const;
   void abandon();
@@ -177,7 +184,10 @@ class Simulation {
   std::vector<std::unique_ptr<Node>> nodes_;
   std::unique_ptr<class SimNetwork> net_;
   std::vector<std::unique_ptr<SimThread>> threads_;
-  std::binary_semaphore back_{0};  // a thread hands the turn back to the scheduler
+  std::vector<Step> choices_;
+  Baton back_;  // a thread hands the turn back to the scheduler's thread ...
+  Step handed_{Step::kEnd,
+               0};  // ... with this step (a message or the end), which it has already chosen
   bool running_ = false;
   Status failure_;
   uint64_t steps_ = 0;

@@ -2,9 +2,11 @@
 // process, deterministically (docs/sim.md).
 //
 //   loom-sim --check K [--seed S] [--schedules M] [--protocol P] [--mutant NAME] [--litmus NAME]
-//            [--lrc-gc-bytes B] [--trace]
+//            [--settings vary|default] [--home-migration N --push-pages N ... (sim/settings.h)]
+//            [--trace]
 //       checks K programs (seeds S, S+1, ...: random data-race-free programs and litmus tests),
-//       each under M schedules, with the consistency checker; exit 0 only if there was no
+//       each under M schedules and with its own settings drawn from its seed (unless given as
+//       flags, or --settings default), with the consistency checker; exit 0 only if there was no
 //       violation.
 //   loom-sim --scenario NAME --nodes N [--protocol P] [--json]
 //       runs a communication scenario and prints its message and byte counts.
@@ -21,11 +23,16 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
+#include "base/log.h"
+#include "sim/batch.h"
 #include "sim/programs.h"
 #include "sim/scenarios.h"
+#include "sim/settings.h"
 
 namespace {
 
@@ -54,67 +61,94 @@ const MutantInfo* find_mutant(const std::string& name) {
   return nullptr;
 }
 
+std::string drawn_json_key(uint64_t v) { return std::to_string(v); }
+
+// "home-migration 0:101 1:99 2:97 3:103; push-pages ..."
+std::string drawn_text(const BatchResult& r) {
+  std::string out;
+  for (const auto& [name, counts] : r.drawn) {
+    out += fmt::format("{}{}", out.empty() ? "" : "; ", name);
+    for (const auto& [value, programs] : counts) out += fmt::format(" {}:{}", value, programs);
+  }
+  return out;
+}
+
+// What a failed run of program `seed` (schedule `schedule`) prints after its reason: the settings
+// it ran with and the commands that replay it.
+std::string failure_report(const BatchOptions& batch, const std::string& mutant, uint64_t seed,
+                           uint64_t schedule, const Options& o, uint64_t runs_passed) {
+  std::string common =
+      fmt::format("--check 1 --seed {}{}{}{}{}", seed,
+                  batch.schedules > 1 ? fmt::format(" --schedules {}", schedule + 1) : "",
+                  batch.litmus ? " --litmus " + *batch.litmus : "",
+                  o.protocol == "hlrc" ? "" : " --protocol " + o.protocol,
+                  mutant.empty() ? "" : " --mutant " + mutant);
+  std::string out = fmt::format(
+      "loom-sim: program {} ran with the settings {} ({})\n"
+      "loom-sim: {} runs passed before this one; replay with: loom-sim {} {} --trace\n",
+      seed, describe_settings(o),
+      batch.mode == SettingsMode::kVary ? "drawn from its seed" : "the defaults and the flags",
+      runs_passed, common, settings_flags(o));
+  if (batch.mode == SettingsMode::kVary && batch.fixed.empty())
+    out += fmt::format("loom-sim: (or with the settings drawn again: loom-sim {})\n", common);
+  return out;
+}
+
 // Runs programs seed..seed+count-1, each under `schedules` schedules: the first with the
 // program's own seed, the others with seeds derived from it.
-int run_check(uint64_t count, uint64_t seed, uint64_t schedules,
-              const std::optional<std::string>& litmus_name, const std::string& mutant,
-              const Options& base, bool json) {
-  uint64_t reads = 0, writes = 0, messages = 0, litmus_runs = 0;
-  uint64_t fingerprint = 0;  // of every run's trace: equal for equal seeds
-  for (uint64_t i = 0; i < count; ++i) {
-    uint64_t s = seed + i;
-    Program p = litmus_name ? litmus(*litmus_name) : batch_program(s);
-    if (litmus_name || s % 4 == 0) ++litmus_runs;
-    for (uint64_t j = 0; j < schedules; ++j) {
-      Options o = base;
-      o.seed = j == 0 ? s : s ^ (j * 0x9e3779b97f4a7c15ull);
-      CheckStats st;
-      Status r = check_program(p, o, &st);
-      if (!r) {
-        std::cerr << "loom-sim: " << r.message() << '\n'
-                  << fmt::format(
-                         "loom-sim: {} runs passed before this one; replay with: loom-sim "
-                         "--check 1 --seed {}{}{}{}{}{}{}{} --trace\n",
-                         i * schedules + j, s,
-                         schedules > 1 ? fmt::format(" --schedules {}", j + 1) : "",
-                         litmus_name ? " --litmus " + *litmus_name : "",
-                         base.protocol == "hlrc" ? "" : " --protocol " + base.protocol,
-                         base.hlrc.migrate_after == protocols::hlrc::Hlrc::Options().migrate_after
-                             ? ""
-                             : fmt::format(" --home-migration {}", base.hlrc.migrate_after),
-                         mutant.empty() ? "" : " --mutant " + mutant,
-                         base.hlrc.push_pages == protocols::hlrc::Hlrc::Options().push_pages
-                             ? ""
-                             : fmt::format(" --push-pages {}", base.hlrc.push_pages),
-                         std::string(base.lazy_release ? "" : " --lazy-release 0") +
-                             (base.hlrc.causal_fetch ? " --causal-fetch 1" : ""));
-        exit_now(kExitViolation);
-      }
-      reads += st.reads;
-      writes += st.writes;
-      messages += st.messages;
-      fingerprint = fingerprint * 1000003 + st.trace_hash;
-    }
+int run_check(BatchOptions batch, const std::string& mutant, bool json) {
+  // A check that fails inside protocol code (LOOM_CHECK) aborts; its report names the run too.
+  struct Current {
+    uint64_t seed = 0, schedule = 0, runs = 0;
+    Options options;
+  } current;
+  batch.starting = [&current](uint64_t s, uint64_t j, const Options& o) {
+    ++current.runs;  // called once per run
+    current.seed = s;
+    current.schedule = j;
+    current.options = o;
+  };
+  int dumper = log::add_state_dumper([&] {
+    std::cerr << failure_report(batch, mutant, current.seed, current.schedule, current.options,
+                                current.runs - 1);
+  });
+  BatchResult r = run_batch(batch);
+  log::remove_state_dumper(dumper);
+  const char* mode = batch.mode == SettingsMode::kVary ? "vary" : "default";
+  if (!r.failure.is_ok()) {
+    std::cerr << "loom-sim: " << r.failure.message() << '\n'
+              << failure_report(batch, mutant, r.failed_seed, r.failed_schedule, r.failed_options,
+                                r.runs);
+    exit_now(kExitViolation);
   }
   if (json) {
-    nlohmann::json j{{"checked", count},
-                     {"schedules", schedules},
-                     {"runs", count * schedules},
-                     {"litmus", litmus_runs},
-                     {"random", count - litmus_runs},
-                     {"reads_checked", reads},
-                     {"writes", writes},
-                     {"messages", messages},
+    nlohmann::json drawn = nlohmann::json::object();
+    for (const auto& [name, counts] : r.drawn)
+      for (const auto& [value, programs] : counts) drawn[name][drawn_json_key(value)] = programs;
+    nlohmann::json j{{"checked", r.programs},
+                     {"schedules", batch.schedules},
+                     {"runs", r.runs},
+                     {"litmus", r.litmus},
+                     {"random", r.programs - r.litmus},
+                     {"reads_checked", r.reads},
+                     {"writes", r.writes},
+                     {"messages", r.messages},
                      {"violations", 0},
-                     {"seed", seed},
-                     {"trace_fingerprint", fmt::format("{:016x}", fingerprint)}};
+                     {"seed", batch.seed},
+                     {"protocol", batch.base.protocol},
+                     {"settings", mode},
+                     {"settings_drawn", drawn},
+                     {"trace_fingerprint", fmt::format("{:016x}", r.fingerprint)}};
     std::cout << j.dump() << '\n';
   } else {
     std::cout << fmt::format(
         "checked {} programs ({} random, {} litmus) x {} schedules from seed {}: {} reads "
-        "verified, {} writes, {} messages; no violation (trace fingerprint {:016x})\n",
-        count, count - litmus_runs, litmus_runs, schedules, seed, reads, writes, messages,
-        fingerprint);
+        "verified, {} writes, {} messages; no violation (settings {}, trace fingerprint "
+        "{:016x})\n",
+        r.programs, r.programs - r.litmus, r.litmus, batch.schedules, batch.seed, r.reads, r.writes,
+        r.messages, mode, r.fingerprint);
+    if (batch.mode == SettingsMode::kVary)
+      std::cout << "programs per setting value: " << drawn_text(r) << '\n';
   }
   return 0;
 }
@@ -217,9 +251,6 @@ int main(int argc, char** argv) {
   uint32_t nodes = 0;
   bool json = false, trace = false, list_scenarios = false, list_mutants = false,
        list_litmus = false, no_prefetch = false;
-  uint64_t lrc_gc_bytes = 0;
-  uint32_t home_migration = protocols::hlrc::Hlrc::Options().migrate_after;
-  uint32_t push_pages = protocols::hlrc::Hlrc::Options().push_pages;
   app.add_option("--check", check, "Check K programs with the consistency checker")
       ->option_text("K");
   app.add_option("--seed", seed, "First seed (programs use seed, seed+1, ...)")->option_text("S");
@@ -244,29 +275,23 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->option_text("N,N,...");
   app.add_flag("--json", json, "Print one JSON object");
-  app.add_flag("--no-prefetch", no_prefetch,
-               "Do not prefetch invalidated pages at acquires (LOOM_PREFETCH=0)");
-  app.add_option("--lrc-gc-bytes", lrc_gc_bytes,
-                 "lrc_mw: diff bytes a node keeps before asking for a collection "
-                 "(LOOM_LRC_GC_BYTES; 1: at every barrier)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--push-pages", push_pages,
-                 "Barrier pushes: pages per reader and barrier (LOOM_PUSH_PAGES; 0: off)")
-      ->check(CLI::Range(0, 4096));
-  int lazy_release = 1;
-  int causal_fetch = protocols::hlrc::Hlrc::Options().causal_fetch ? 1 : 0;
-  app.add_option("--causal-fetch", causal_fetch,
-                 "hlrc: learn a fetched copy's writers' notices first (LOOM_CAUSAL_FETCH)")
-      ->check(CLI::Range(0, 1));
-  app.add_option("--lazy-release", lazy_release,
-                 "Locks release only when their token leaves the node (LOOM_LAZY_RELEASE; 0: at "
-                 "every unlock)")
-      ->check(CLI::Range(0, 1));
-  app.add_option("--home-migration", home_migration,
-                 "hlrc: diffs in a row from one node after which a home offers it the page "
-                 "(LOOM_HOME_MIGRATION; 0: homes never move)")
-      ->capture_default_str()
-      ->option_text("N");
+  std::string settings_mode = "vary";
+  app.add_option("--settings", settings_mode,
+                 "With --check: vary draws each program's settings from its seed (those not given "
+                 "as flags); default runs every program with the defaults and the flags")
+      ->check(CLI::IsMember({"vary", "default"}))
+      ->capture_default_str();
+  // Every setting that changes what a protocol does has a flag (sim/settings.h).
+  const Options defaults;
+  std::map<std::string, uint64_t> setting_flags;
+  for (const Setting& st : settings()) {
+    uint64_t& v = setting_flags[std::string(st.name)] = st.get(defaults);
+    app.add_option("--" + std::string(st.name), v, std::string(st.what))
+        ->check(CLI::Range(st.min, st.max))
+        ->capture_default_str()
+        ->option_text(st.max == 1 ? "0|1" : "N");
+  }
+  app.add_flag("--no-prefetch", no_prefetch, "The same as --prefetch 0")->excludes("--prefetch");
   app.add_flag("--trace", trace, "Print every event of the run (stderr)");
   app.add_flag("--list-scenarios", list_scenarios, "List the scenarios");
   app.add_flag("--list-mutants", list_mutants, "List the protocol mutants");
@@ -299,12 +324,16 @@ int main(int argc, char** argv) {
   Options base;
   base.print_trace = trace;
   base.protocol = protocol;
-  base.hlrc.prefetch = !no_prefetch;
-  base.hlrc.migrate_after = home_migration;
-  base.hlrc.push_pages = push_pages;
-  base.lazy_release = lazy_release != 0;
-  base.hlrc.causal_fetch = causal_fetch != 0;
-  base.lrc_gc_bytes = lrc_gc_bytes;
+  std::set<std::string> fixed;  // settings given on the command line
+  for (const Setting& st : settings()) {
+    if (app.count("--" + std::string(st.name)) == 0) continue;
+    st.set(base, setting_flags[std::string(st.name)]);
+    fixed.insert(std::string(st.name));
+  }
+  if (no_prefetch) {
+    find_setting("prefetch")->set(base, 0);
+    fixed.insert("prefetch");
+  }
   if (!mutant.empty()) {
     const MutantInfo* m = find_mutant(mutant);
     if (m == nullptr)
@@ -335,7 +364,15 @@ int main(int argc, char** argv) {
   if (check) {
     if (*check == 0) return usage_error("--check 0: nothing to check");
     if (schedules == 0) return usage_error("--schedules 0: nothing to run");
-    return run_check(*check, seed, schedules, litmus_name, mutant, base, json);
+    BatchOptions batch;
+    batch.count = *check;
+    batch.seed = seed;
+    batch.schedules = schedules;
+    batch.litmus = litmus_name;
+    batch.mode = settings_mode == "vary" ? SettingsMode::kVary : SettingsMode::kDefault;
+    batch.fixed = std::move(fixed);
+    batch.base = base;
+    return run_check(batch, mutant, json);
   }
   if (!scenario.empty()) {
     if (nodes == 0) return usage_error("--scenario needs --nodes N (N >= 1)");
