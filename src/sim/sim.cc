@@ -101,7 +101,9 @@ Simulation::Simulation(Options options)
   size_t bytes = region_bytes(opts_.nodes);
   for (uint32_t n = 0; n < opts_.nodes; ++n) {
     auto node = std::make_unique<Node>();
-    node->comm = std::make_unique<comm::Comm>(net_->endpoint(n), comm::CommOptions());
+    comm::CommOptions copts;
+    copts.manual_timers = true;  // fired by the scheduler (run())
+    node->comm = std::make_unique<comm::Comm>(net_->endpoint(n), copts);
     node->comm->set_fatal_handler([this, n](const Status& why) {
       fail(Status(why.code(), fmt::format("node {}: {}", n, why.message())));
     });
@@ -247,10 +249,19 @@ void Simulation::deliver(size_t i) {
   LOOM_CHECK(!net_->staged(n), "node {} did not take its message", n);
 }
 
+void Simulation::fire_timer(uint32_t node) {
+  note(fmt::format("timer at node {}", node));
+  HandlerTurn turn;
+  set_coop_scheduler(&turn);
+  nodes_[node]->comm->fire_timer();
+  set_coop_scheduler(nullptr);
+}
+
 Status Simulation::run() {
   LOOM_CHECK(!running_, "run() twice");
   running_ = true;
-  std::vector<std::pair<bool, size_t>> choices;  // (is a thread, index)
+  enum class Kind { kThread, kMessage, kTimer };
+  std::vector<std::pair<Kind, size_t>> choices;  // what, and which thread, message or node
   for (;;) {
     if (!failure_.is_ok()) break;
     choices.clear();
@@ -262,14 +273,17 @@ Status Simulation::run() {
           break;
         case SimThread::State::kBlocked:
           all_done = false;
-          if (t.ready()) choices.emplace_back(true, k);
+          if (t.ready()) choices.emplace_back(Kind::kThread, k);
           break;
         default:
           all_done = false;
-          choices.emplace_back(true, k);
+          choices.emplace_back(Kind::kThread, k);
       }
     }
-    for (size_t k = 0; k < net_->in_flight(); ++k) choices.emplace_back(false, k);
+    for (size_t k = 0; k < net_->in_flight(); ++k) choices.emplace_back(Kind::kMessage, k);
+    // A node's pending timers are one choice: its earliest fires (comm/timers.h, manual mode).
+    for (size_t n = 0; n < nodes_.size(); ++n)
+      if (nodes_[n]->comm->timers().pending() > 0) choices.emplace_back(Kind::kTimer, n);
     if (choices.empty()) {
       if (all_done) break;
       std::string blocked;
@@ -283,11 +297,13 @@ Status Simulation::run() {
       fail(Status::internal(fmt::format("no end after {} steps", opts_.max_steps)));
       break;
     }
-    auto [is_thread, k] = choices[rng_() % choices.size()];
-    if (is_thread)
+    auto [kind, k] = choices[rng_() % choices.size()];
+    if (kind == Kind::kThread)
       resume(*threads_[k]);
-    else
+    else if (kind == Kind::kMessage)
       deliver(k);
+    else
+      fire_timer(static_cast<uint32_t>(k));
   }
   if (!failure_.is_ok()) {
     // Threads that finished can still be joined; the parked ones stay parked (abandon()).

@@ -6,16 +6,17 @@
 // threads, but only one of them runs at a time: a thread runs until it would block (a lock, a
 // barrier, a page fetch, a contended mutex: base/coop.h) or starts its next operation, and then
 // hands the turn back to the scheduler. The scheduler, driven by one seeded generator, picks what
-// happens next: one runnable thread continues, or one message in flight is delivered (its handler
-// runs on the scheduler's thread, as it would on a node's server thread). So the same seed gives
-// the same execution, event for event; trace_hash() fingerprints it.
+// happens next: one runnable thread continues, one message in flight is delivered (its handler
+// runs on the scheduler's thread, as it would on a node's server thread), or a node's earliest
+// timer fires (the simulation has no clock: any moment is a possible expiry, comm/timers.h). So
+// the same seed gives the same execution, event for event; trace_hash() fingerprints it.
 //
-// A run ends when every thread has finished and no message is in flight. It fails (run() returns
-// the reason, and the trace tail shows how it got there) on a deadlock (threads blocked, nothing
-// to deliver), a message handler that would block, a malformed message, a failed check in a
-// program (fail()), or the step limit. A failed simulation cannot be cleaned up (its threads are
-// parked inside protocol code): it is abandoned, its memory deliberately leaked, so a process
-// should stop soon after one.
+// A run ends when every thread has finished and no message is in flight and no timer pending. It
+// fails (run() returns the reason, and the trace tail shows how it got there) on a deadlock
+// (threads blocked, nothing to deliver), a message handler that would block, a malformed
+// message, a failed check in a program (fail()), or the step limit. A failed simulation cannot be
+// cleaned up (its threads are parked inside protocol code): it is abandoned, its memory
+// deliberately leaked, so a process should stop soon after one.
 #pragma once
 
 #include <cstdint>
@@ -169,6 +170,7 @@ class Simulation {
 
   void resume(SimThread& t);
   void deliver(size_t i);
+  void fire_timer(uint32_t node);
   std::string thread_name(const SimThread& t) const;
   void abandon();
 
