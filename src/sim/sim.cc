@@ -131,8 +131,12 @@ Simulation::Simulation(Options options)
       protocols::Protocol* raw = p.get();
       node->platform->add(raw, std::move(p));
     }
-    node->locks = std::make_unique<sync::LockService>(*node->comm, *node->platform,
-                                                      opts_.lock_fairness, opts_.lazy_release);
+    sync::LockPolicy lock_policy;
+    lock_policy.fairness = opts_.lock_fairness;
+    // note: any positive window: the schedule, not a clock, decides when it ends.
+    lock_policy.keep_ns = opts_.lock_keep ? 1 : 0;
+    lock_policy.lazy = opts_.lazy_release;
+    node->locks = std::make_unique<sync::LockService>(*node->comm, *node->platform, lock_policy);
     node->barriers = std::make_unique<sync::BarrierService>(*node->comm, *node->platform,
                                                             node->frames->num_pages());
     node->conds = std::make_unique<sync::CondService>(*node->comm, *node->locks);
@@ -550,6 +554,10 @@ const hl::Counters& Simulation::hlrc_counters(uint32_t node) const {
 
 const sync::BarrierCounters& Simulation::barrier_counters(uint32_t node) const {
   return nodes_.at(node)->barriers->counters();
+}
+
+const sync::LockCounters& Simulation::lock_counters(uint32_t node) const {
+  return nodes_.at(node)->locks->counters();
 }
 
 memory::Heap::Stats Simulation::heap_stats(uint32_t node) const {

@@ -36,6 +36,7 @@
 #include "protocols/platform.h"
 #include "protocols/single/single_owner.h"
 #include "sync/barriers.h"
+#include "sync/locks.h"
 #include "sync/objects.h"
 
 namespace loom::sim {
@@ -54,7 +55,10 @@ struct Options {
   uint64_t lrc_gc_bytes = 0;    // lrc_mw: LOOM_LRC_GC_BYTES (0: its default)
   // The protocol of allocations that name none (protocols/protocol.h).
   std::string protocol = "hlrc";
-  uint32_t lock_fairness = 4;
+  uint32_t lock_fairness = 4;  // LOOM_LOCK_FAIRNESS
+  // LOOM_LOCK_KEEP_US, as "on" (any value > 0): the simulator has no clock; a keep window ends
+  // when the scheduler fires its timer (comm/timers.h, manual mode).
+  bool lock_keep = false;
   bool lazy_release = true;  // LOOM_LAZY_RELEASE
   // Events kept for failure reports; print_trace prints every event as it happens (stderr).
   size_t trace_tail = 40;
@@ -157,6 +161,8 @@ class Simulation {
   const protocols::hlrc::Counters& hlrc_counters(uint32_t node) const;
   // The barrier counters of one node.
   const sync::BarrierCounters& barrier_counters(uint32_t node) const;
+  // The lock counters of one node.
+  const sync::LockCounters& lock_counters(uint32_t node) const;
   // The heap counters of one node (allocations, home queries, first touches).
   memory::Heap::Stats heap_stats(uint32_t node) const;
   // Condition waiters woken on registration because a signal had overtaken them (all nodes).

@@ -1,6 +1,8 @@
 // dsm_check: shared-memory tests run as real loomrun jobs (1, 2, 4 nodes x 1, 2 threads).
 //
-//   dsm_check counter T ITERS      T threads per node increment a lock-protected counter
+//   dsm_check counter T ITERS [HOLD_US]  T threads per node increment a lock-protected counter
+//                                  (sleeping HOLD_US inside each critical section: the other
+//                                  nodes' requests then reach the holder before it unlocks)
 //   dsm_check falseshare T ROUNDS  threads on all nodes write disjoint words of the same pages
 //   dsm_check sor T N ITERS        barrier-phased red-black SOR, bit-identical to sequential
 //   dsm_check prodcons T ITEMS     node 0 produces, the others consume, through a lock
@@ -105,7 +107,7 @@ double seconds_since(Clock::time_point t0) {
 }
 // --- counter --------------------------------------------------------------------------------
 
-int counter(int threads, int iters) {
+int counter(int threads, int iters, int hold_us) {
   Header* h = shared_header(static_cast<uint32_t>(nodes() * threads));
   auto* count = shared_from_node0<uint64_t>(1);
   on_threads(threads, [&](int) {
@@ -115,6 +117,7 @@ int counter(int threads, int iters) {
     for (int i = 0; i < iters; ++i) {
       std::lock_guard<loom::mutex> g(m);
       ++*count;
+      if (hold_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(hold_us));
     }
     b.wait();
     uint64_t expect = static_cast<uint64_t>(nodes()) * threads * iters;
@@ -1256,7 +1259,8 @@ int main(int argc, char** argv) {
   loom::init(&argc, &argv);
   int rc = 2;
   if (mode == "counter")
-    rc = counter(static_cast<int>(arg(2, 1)), static_cast<int>(arg(3, 1000)));
+    rc = counter(static_cast<int>(arg(2, 1)), static_cast<int>(arg(3, 1000)),
+                 static_cast<int>(arg(4, 0)));
   else if (mode == "falseshare")
     rc = falseshare(static_cast<int>(arg(2, 1)), static_cast<int>(arg(3, 10)));
   else if (mode == "sor")

@@ -2,7 +2,7 @@
 // process, deterministically (docs/sim.md).
 //
 //   loom-sim --check K [--seed S] [--schedules M] [--protocol P] [--mutant NAME] [--litmus NAME]
-//            [--lrc-gc-bytes B] [--trace]
+//            [--lrc-gc-bytes B] [--lock-fairness N] [--lock-keep 0|1] [--trace]
 //       checks K programs (seeds S, S+1, ...: random data-race-free programs and litmus tests),
 //       each under M schedules, with the consistency checker; exit 0 only if there was no
 //       violation.
@@ -54,6 +54,16 @@ const MutantInfo* find_mutant(const std::string& name) {
   return nullptr;
 }
 
+// The lock policy's flags for a replay command line, where they differ from the defaults.
+std::string lock_flags(const Options& o) {
+  std::string out;
+  if (o.lock_fairness != Options().lock_fairness)
+    out += fmt::format(" --lock-fairness {}", o.lock_fairness);
+  if (o.lock_keep != Options().lock_keep)
+    out += fmt::format(" --lock-keep {}", o.lock_keep ? 1 : 0);
+  return out;
+}
+
 // Runs programs seed..seed+count-1, each under `schedules` schedules: the first with the
 // program's own seed, the others with seeds derived from it.
 int run_check(uint64_t count, uint64_t seed, uint64_t schedules,
@@ -74,7 +84,7 @@ int run_check(uint64_t count, uint64_t seed, uint64_t schedules,
         std::cerr << "loom-sim: " << r.message() << '\n'
                   << fmt::format(
                          "loom-sim: {} runs passed before this one; replay with: loom-sim "
-                         "--check 1 --seed {}{}{}{}{}{}{}{} --trace\n",
+                         "--check 1 --seed {}{}{}{}{}{}{}{}{} --trace\n",
                          i * schedules + j, s,
                          schedules > 1 ? fmt::format(" --schedules {}", j + 1) : "",
                          litmus_name ? " --litmus " + *litmus_name : "",
@@ -87,7 +97,8 @@ int run_check(uint64_t count, uint64_t seed, uint64_t schedules,
                              ? ""
                              : fmt::format(" --push-pages {}", base.hlrc.push_pages),
                          std::string(base.lazy_release ? "" : " --lazy-release 0") +
-                             (base.hlrc.causal_fetch ? " --causal-fetch 1" : ""));
+                             (base.hlrc.causal_fetch ? " --causal-fetch 1" : ""),
+                         lock_flags(base));
         exit_now(kExitViolation);
       }
       reads += st.reads;
@@ -262,6 +273,18 @@ int main(int argc, char** argv) {
                  "Locks release only when their token leaves the node (LOOM_LAZY_RELEASE; 0: at "
                  "every unlock)")
       ->check(CLI::Range(0, 1));
+  uint32_t lock_fairness = Options().lock_fairness;
+  int lock_keep = Options().lock_keep ? 1 : 0;
+  app.add_option("--lock-fairness", lock_fairness,
+                 "Local acquisitions of a lock in a row while another node waits "
+                 "(LOOM_LOCK_FAIRNESS)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->option_text("N (default " + std::to_string(lock_fairness) + ")");
+  app.add_option("--lock-keep", lock_keep,
+                 "An unlock may keep a token another node waits for, until its timer fires "
+                 "(LOOM_LOCK_KEEP_US > 0; the simulation has no clock)")
+      ->check(CLI::Range(0, 1))
+      ->option_text("0|1 (default " + std::to_string(lock_keep) + ")");
   app.add_option("--home-migration", home_migration,
                  "hlrc: diffs in a row from one node after which a home offers it the page "
                  "(LOOM_HOME_MIGRATION; 0: homes never move)")
@@ -303,6 +326,8 @@ int main(int argc, char** argv) {
   base.hlrc.migrate_after = home_migration;
   base.hlrc.push_pages = push_pages;
   base.lazy_release = lazy_release != 0;
+  base.lock_fairness = lock_fairness;
+  base.lock_keep = lock_keep != 0;
   base.hlrc.causal_fetch = causal_fetch != 0;
   base.lrc_gc_bytes = lrc_gc_bytes;
   if (!mutant.empty()) {
