@@ -116,8 +116,16 @@ const ConfigRow kRows[] = {
      "node releases nothing). 0: every unlock releases.",
      ""},
     {"LOCK_FAIRNESS", ConfigType::kInt, "4",
-     "Lock handoffs to waiting threads on the same node before a waiting remote node is served.",
+     "While another node waits for a lock, this node's threads take it at most this many times "
+     "in a row (handoffs to waiting threads, and takes of a token kept by LOCK_KEEP_US) before "
+     "the token goes to that node.",
      "", 1, 1 << 20},
+    {"LOCK_KEEP_US", ConfigType::kInt, "0",
+     "While another node waits for a lock, an unlock that finds no waiting thread on this node "
+     "may keep the token idle here for up to this long (from the first such unlock), for a "
+     "thread of this node that locks again soon, within LOCK_FAIRNESS; only for locks this node "
+     "came back for soon after they last left. 0: the token leaves at once (strict handoff).",
+     "", 0, 1000000},
     {"PM_PLACEMENT", ConfigType::kEnum, "block",
      "PARMACS programs: where CREATE puts threads. block: consecutive threads on one node "
      "(PM_THREADS_PER_NODE each, or n/nodes for CREATE(fn, n)); cyclic: thread i on node i mod n.",

@@ -77,6 +77,7 @@ Comm::Comm(Transport& transport, CommOptions options)
       opts_(options),
       rank_(transport.rank()),
       size_(transport.size()),
+      timers_(options.manual_timers),
       last_heard_ns_(new std::atomic<int64_t>[size_]),
       dead_(new std::atomic<bool>[size_]) {
   for (uint32_t i = 0; i < size_; ++i) {
@@ -536,7 +537,13 @@ bool Comm::poll() {
   DispatchScope scope(this);
   bool did = transport_.progress();
   did |= drain_inbox();
+  did |= timers_.run_due();
   return did;
+}
+
+bool Comm::fire_timer() {
+  DispatchScope scope(this);
+  return timers_.fire_next();
 }
 
 bool Comm::poll_for_waiter() { return transport_.try_progress(); }

@@ -31,6 +31,7 @@
 #include "comm/counters.h"
 #include "comm/pending_table.h"
 #include "comm/registry.h"
+#include "comm/timers.h"
 #include "comm/transport.h"
 #include "comm/types.h"
 #include "comm/wire.h"
@@ -53,6 +54,8 @@ struct CommOptions {
   uint32_t max_inflight = 256;
   uint64_t max_inflight_bytes = 32u << 20;
   bool trace = false;
+  // Timers run only when fire_timer() says (the simulator; comm/timers.h, "manual mode").
+  bool manual_timers = false;
 
   static CommOptions from_config(const Config& config, uint16_t job_tag);
 };
@@ -139,9 +142,16 @@ class Comm final : private TransportSink, public Poller {
   // Waits on `c`, polling the network for wait_spin_ns first. Application threads only.
   const Status& wait(Completion& c);
 
+  // --- Timers -------------------------------------------------------------------------------
+  // Callbacks the dispatcher runs at a given time (comm/timers.h): poll() runs the due ones.
+  Timers& timers() { return timers_; }
+  // Manual timers (the simulator): runs the earliest pending timer now, on the calling thread
+  // as the dispatcher. False if none is pending.
+  bool fire_timer();
+
   // --- Progress -----------------------------------------------------------------------------
-  // The dispatcher's step: drives the transport, runs handlers, drains the inbox. Returns true
-  // if anything happened.
+  // The dispatcher's step: drives the transport, runs handlers, drains the inbox, runs the due
+  // timers. Returns true if anything happened.
   bool poll();
   // Poller: drives the transport without running handlers (for waiting application threads).
   bool poll_for_waiter() override;
@@ -215,6 +225,7 @@ class Comm final : private TransportSink, public Poller {
   const uint32_t size_;
   MessageRegistry registry_;
   MessageCounters counters_;
+  Timers timers_;
 
   mutable Mutex pending_mu_;
   PendingTable<Pending> pending_ GUARDED_BY(pending_mu_);

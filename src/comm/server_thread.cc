@@ -18,7 +18,8 @@ namespace {
 constexpr uint64_t kTransportTag = 0;
 constexpr uint64_t kInboxTag = 1;
 constexpr uint64_t kStopTag = 2;
-constexpr uint64_t kFirstExtraTag = 3;
+constexpr uint64_t kTimerTag = 3;
+constexpr uint64_t kFirstExtraTag = 4;
 
 void epoll_add(int epfd, int fd, uint64_t tag) {
   struct epoll_event ev {};
@@ -45,6 +46,7 @@ ServerThread::ServerThread(Comm& comm, Transport& transport, Options options)
   epoll_add(epfd_, transport_.event_fd(), kTransportTag);
   epoll_add(epfd_, comm_.inbox_fd(), kInboxTag);
   epoll_add(epfd_, stopfd_, kStopTag);
+  if (comm_.timers().fd() >= 0) epoll_add(epfd_, comm_.timers().fd(), kTimerTag);
 }
 
 ServerThread::~ServerThread() {
@@ -158,6 +160,7 @@ void ServerThread::sleep_until_event(int64_t now, int64_t next_tick) {
     // also reset by the drain. The transport's descriptor is reset by arm(); the stop flag is
     // checked by the loop.
     if (tag == kInboxTag) comm_.reset_wakeup();
+    if (tag == kTimerTag) comm_.timers().clear_fd();  // the loop's poll runs the due timers
   }
 }
 

@@ -1,9 +1,10 @@
 // ServerThread: the node's progress engine and the dispatcher of its Comm.
 //
-// Loop: poll the Comm (network progress + handlers); when nothing happened for `spin_ns`, arm
-// the transport's wakeup descriptor and sleep in epoll until the network, the inbox, an extra
-// descriptor (e.g. the launcher's socket) or the next tick wakes it. An idle node therefore uses
-// no CPU beyond one wake-up per tick (min(heartbeat/2, 100 ms)).
+// Loop: poll the Comm (network progress, handlers, due timers); when nothing happened for
+// `spin_ns`, arm the transport's wakeup descriptor and sleep in epoll until the network, the
+// inbox, a timer (Comm::timers()), an extra descriptor (e.g. the launcher's socket) or the next
+// tick wakes it. An idle node therefore uses no CPU beyond one wake-up per tick (min(heartbeat/2,
+// 100 ms)).
 //
 // why the bounded spin: waking a sleeping thread costs 35-40 us on this class of VM, so a server
 // that was just busy keeps polling for a while; a longer spin would steal the core from

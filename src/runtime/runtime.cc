@@ -375,9 +375,11 @@ void Runtime::start_memory() {
     platform_->add(raw, std::move(p));
   }
   protocols::freeze_protocols();
-  locks_ = std::make_unique<sync::LockService>(
-      *comm_, *platform_, static_cast<uint32_t>(config_.get_int("LOCK_FAIRNESS")),
-      config_.get_bool("LAZY_RELEASE"));
+  sync::LockPolicy lock_policy;
+  lock_policy.fairness = static_cast<uint32_t>(config_.get_int("LOCK_FAIRNESS"));
+  lock_policy.keep_ns = config_.get_int("LOCK_KEEP_US") * 1000;
+  lock_policy.lazy = config_.get_bool("LAZY_RELEASE");
+  locks_ = std::make_unique<sync::LockService>(*comm_, *platform_, lock_policy);
   barriers_ = std::make_unique<sync::BarrierService>(*comm_, *platform_, space_->num_pages());
   conds_ = std::make_unique<sync::CondService>(*comm_, *locks_);
   objects_ = std::make_unique<sync::ObjectService>(*comm_, *platform_);
@@ -450,6 +452,9 @@ nlohmann::json Runtime::dsm_json() const {
   j["lock_lazy_unlocks"] = v(l.lazy_unlocks);
   j["lock_handler_releases"] = v(l.handler_releases);
   j["lock_deferred_grants"] = v(l.deferred_grants);
+  j["lock_kept_unlocks"] = v(l.kept_unlocks);
+  j["lock_kept_reacquires"] = v(l.kept_reacquires);
+  j["lock_keeps_timed_out"] = v(l.keeps_timed_out);
   const sync::BarrierCounters& b = barriers_->counters();
   j["barrier_waits"] = v(b.waits);
   j["barrier_solicited_arrivals"] = v(b.solicited_arrivals);
@@ -475,11 +480,15 @@ nlohmann::json Runtime::dsm_json() const {
   j["homes_cached"] = hs.homes_cached;
   j["home_windows"] = hs.home_windows;
   auto ms = [](uint64_t ns) { return static_cast<double>(ns) / 1e6; };
-  j["time_ms"] = {
-      {"fault_handler", ms(v(c.fault_ns))},   {"fetch_wait", ms(v(c.fetch_wait_ns))},
-      {"page_fetch", ms(v(c.fetch_ns))},      {"home_wait", ms(v(c.home_wait_ns))},
-      {"lock_wait", ms(v(l.wait_ns))},        {"barrier_wait", ms(v(b.wait_ns))},
-      {"object_call_wait", ms(v(o.wait_ns))}, {"handlers", ms(server_->stats().handler_ns)}};
+  j["time_ms"] = {{"fault_handler", ms(v(c.fault_ns))},
+                  {"fetch_wait", ms(v(c.fetch_wait_ns))},
+                  {"page_fetch", ms(v(c.fetch_ns))},
+                  {"home_wait", ms(v(c.home_wait_ns))},
+                  {"lock_wait", ms(v(l.wait_ns))},
+                  {"lock_wait_max", ms(v(l.max_wait_ns))},
+                  {"barrier_wait", ms(v(b.wait_ns))},
+                  {"object_call_wait", ms(v(o.wait_ns))},
+                  {"handlers", ms(server_->stats().handler_ns)}};
   // The other protocols' own counters, by name.
   std::vector<std::string> names = protocols::protocol_names();
   for (size_t id = 1; id < platform_->size() && id < names.size(); ++id) {

@@ -88,6 +88,16 @@ const std::vector<Setting>& settings() {
        {1, 2, 4, 64},
        [](const Options& o) -> uint64_t { return o.lock_fairness; },
        [](Options& o, uint64_t v) { o.lock_fairness = static_cast<uint32_t>(v); }},
+      {"lock-keep",
+       "Keep a lock's token for the node's own threads while another node waits, until the "
+       "scheduler fires the window's timer (LOOM_LOCK_KEEP_US as on/off: the simulator has no "
+       "clock)",
+       "",
+       0,
+       1,
+       {0, 1},
+       [](const Options& o) -> uint64_t { return o.lock_keep ? 1 : 0; },
+       [](Options& o, uint64_t v) { o.lock_keep = v != 0; }},
       {"notice-gc",
        "Write notices a node stores before a release collects every node's vector time and "
        "drops the notices all hold (Hlrc::Options::gc_threshold; no LOOM_ variable)",

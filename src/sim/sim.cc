@@ -100,7 +100,9 @@ Simulation::Simulation(Options options)
   size_t bytes = region_bytes(opts_.nodes);
   for (uint32_t n = 0; n < opts_.nodes; ++n) {
     auto node = std::make_unique<Node>();
-    node->comm = std::make_unique<comm::Comm>(net_->endpoint(n), comm::CommOptions());
+    comm::CommOptions copts;
+    copts.manual_timers = true;  // fired by the scheduler (run())
+    node->comm = std::make_unique<comm::Comm>(net_->endpoint(n), copts);
     node->comm->set_fatal_handler([this, n](const Status& why) {
       fail(Status(why.code(), fmt::format("node {}: {}", n, why.message())));
     });
@@ -128,8 +130,12 @@ Simulation::Simulation(Options options)
       protocols::Protocol* raw = p.get();
       node->platform->add(raw, std::move(p));
     }
-    node->locks = std::make_unique<sync::LockService>(*node->comm, *node->platform,
-                                                      opts_.lock_fairness, opts_.lazy_release);
+    sync::LockPolicy lock_policy;
+    lock_policy.fairness = opts_.lock_fairness;
+    // note: any positive window: the schedule, not a clock, decides when it ends.
+    lock_policy.keep_ns = opts_.lock_keep ? 1 : 0;
+    lock_policy.lazy = opts_.lazy_release;
+    node->locks = std::make_unique<sync::LockService>(*node->comm, *node->platform, lock_policy);
     node->barriers = std::make_unique<sync::BarrierService>(*node->comm, *node->platform,
                                                             node->frames->num_pages());
     node->conds = std::make_unique<sync::CondService>(*node->comm, *node->locks);
@@ -263,6 +269,14 @@ void Simulation::deliver(size_t i) {
   LOOM_CHECK(!net_->staged(n), "node {} did not take its message", n);
 }
 
+void Simulation::fire_timer(uint32_t node) {
+  note(fmt::format("timer at node {}", node));
+  HandlerTurn turn;
+  set_coop_scheduler(&turn);
+  nodes_[node]->comm->fire_timer();
+  set_coop_scheduler(nullptr);
+}
+
 Simulation::Step Simulation::decide() {
   if (!failure_.is_ok()) return {Step::kEnd, 0};
   choices_.clear();
@@ -282,6 +296,9 @@ Simulation::Step Simulation::decide() {
     }
   }
   for (size_t k = 0; k < net_->in_flight(); ++k) choices_.push_back({Step::kMessage, k});
+  // A node's pending timers are one choice: its earliest fires (comm/timers.h, manual mode).
+  for (size_t n = 0; n < nodes_.size(); ++n)
+    if (nodes_[n]->comm->timers().pending() > 0) choices_.push_back({Step::kTimer, n});
   if (choices_.empty()) {
     if (all_done) return {Step::kEnd, 0};
     std::string blocked;
@@ -302,8 +319,11 @@ Status Simulation::run() {
   LOOM_CHECK(!running_, "run() twice");
   running_ = true;
   for (Step next = decide(); next.kind != Step::kEnd;) {
-    if (next.kind == Step::kMessage) {
-      deliver(next.index);
+    if (next.kind == Step::kMessage || next.kind == Step::kTimer) {
+      if (next.kind == Step::kMessage)
+        deliver(next.index);
+      else
+        fire_timer(static_cast<uint32_t>(next.index));
       next = decide();
       continue;
     }
@@ -557,6 +577,10 @@ const hl::Counters& Simulation::hlrc_counters(uint32_t node) const {
 
 const sync::BarrierCounters& Simulation::barrier_counters(uint32_t node) const {
   return nodes_.at(node)->barriers->counters();
+}
+
+const sync::LockCounters& Simulation::lock_counters(uint32_t node) const {
+  return nodes_.at(node)->locks->counters();
 }
 
 memory::Heap::Stats Simulation::heap_stats(uint32_t node) const {

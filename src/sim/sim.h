@@ -6,16 +6,17 @@
 // threads, but only one of them runs at a time: a thread runs until it would block (a lock, a
 // barrier, a page fetch, a contended mutex: base/coop.h) or starts its next operation, and then
 // hands the turn back to the scheduler. The scheduler, driven by one seeded generator, picks what
-// happens next: one runnable thread continues, or one message in flight is delivered (its handler
-// runs on the scheduler's thread, as it would on a node's server thread). So the same seed gives
-// the same execution, event for event; trace_hash() fingerprints it.
+// happens next: one runnable thread continues, one message in flight is delivered (its handler
+// runs on the scheduler's thread, as it would on a node's server thread), or a node's earliest
+// timer fires (the simulation has no clock: any moment is a possible expiry, comm/timers.h). So
+// the same seed gives the same execution, event for event; trace_hash() fingerprints it.
 //
-// A run ends when every thread has finished and no message is in flight. It fails (run() returns
-// the reason, and the trace tail shows how it got there) on a deadlock (threads blocked, nothing
-// to deliver), a message handler that would block, a malformed message, a failed check in a
-// program (fail()), or the step limit. A failed simulation cannot be cleaned up (its threads are
-// parked inside protocol code): it is abandoned, its memory deliberately leaked, so a process
-// should stop soon after one.
+// A run ends when every thread has finished and no message is in flight and no timer pending. It
+// fails (run() returns the reason, and the trace tail shows how it got there) on a deadlock
+// (threads blocked, nothing to deliver), a message handler that would block, a malformed
+// message, a failed check in a program (fail()), or the step limit. A failed simulation cannot be
+// cleaned up (its threads are parked inside protocol code): it is abandoned, its memory
+// deliberately leaked, so a process should stop soon after one.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,7 @@
 #include "protocols/single/single_owner.h"
 #include "sim/baton.h"
 #include "sync/barriers.h"
+#include "sync/locks.h"
 #include "sync/objects.h"
 
 namespace loom::sim {
@@ -53,7 +55,10 @@ struct Options {
   uint64_t lrc_gc_bytes = 0;    // lrc_mw: LOOM_LRC_GC_BYTES (0: its default)
   // The protocol of allocations that name none (protocols/protocol.h).
   std::string protocol = "hlrc";
-  uint32_t lock_fairness = 4;
+  uint32_t lock_fairness = 4;  // LOOM_LOCK_FAIRNESS
+  // LOOM_LOCK_KEEP_US, as "on" (any value > 0): the simulator has no clock; a keep window ends
+  // when the scheduler fires its timer (comm/timers.h, manual mode).
+  bool lock_keep = false;
   bool lazy_release = true;  // LOOM_LAZY_RELEASE
   // Events kept for failure reports; print_trace prints every event as it happens (stderr).
   size_t trace_tail = 40;
@@ -156,6 +161,8 @@ class Simulation {
   const protocols::hlrc::Counters& hlrc_counters(uint32_t node) const;
   // The barrier counters of one node.
   const sync::BarrierCounters& barrier_counters(uint32_t node) const;
+  // The lock counters of one node.
+  const sync::LockCounters& lock_counters(uint32_t node) const;
   // The heap counters of one node (allocations, home queries, first touches).
   memory::Heap::Stats heap_stats(uint32_t node) const;
   // Condition waiters woken on registration because a signal had overtaken them (all nodes).
@@ -167,15 +174,17 @@ class Simulation {
   class ThreadTurn;
   class HandlerTurn;
 
-  // One scheduling decision: a thread to run, a message to deliver, or the end of the run.
+  // One scheduling decision: a thread to run, a message to deliver, a node's timer to fire, or
+  // the end of the run.
   struct Step {
-    enum Kind : uint8_t { kEnd, kThread, kMessage } kind;
-    size_t index;  // into threads_ or the messages in flight
+    enum Kind : uint8_t { kEnd, kThread, kMessage, kTimer } kind;
+    size_t index;  // into threads_ or the messages in flight, or the node of the timer
   };
   Step decide();
   void start(SimThread& t);       // lets `t` run (starting its OS thread the first time)
   void pass_turn(SimThread& me);  // `me` stopped at a scheduling point (or ended): next step
   void deliver(size_t i);
+  void fire_timer(uint32_t node);
   std::string thread_name(const SimThread& t) const;
   void abandon();
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "base/log.h"
 
 namespace loom::sync {
@@ -33,18 +35,21 @@ uint64_t new_sync_id(uint64_t tag, comm::NodeId me) {
   return tag | (static_cast<uint64_t>(me) << 32) | n;
 }
 
-LockService::LockService(comm::Comm& comm, protocols::Consistency& consistency, uint32_t fairness,
-                         bool lazy)
+LockService::LockService(comm::Comm& comm, protocols::Consistency& consistency, LockPolicy policy)
     : comm_(comm),
       consistency_(consistency),
       me_(comm.rank()),
       nodes_(comm.size()),
-      fairness_(fairness),
-      lazy_(lazy) {
+      policy_(policy) {
+  LOOM_CHECK(policy_.fairness >= 1, "lock fairness {}: at least 1", policy_.fairness);
   consistency_.add_release_listener([this](bool on_dispatcher) { on_released(on_dispatcher); });
 }
 
-LockService::~LockService() = default;
+LockService::~LockService() {
+  MutexLock l(mu_);
+  for (auto& [id, nl] : locks_)
+    if (nl.keep == Keep::kOpen) comm_.timers().cancel(nl.keep_timer);
+}
 
 // note: a lock's first state is "token at the manager, free". Whichever of the manager's
 // structures is created first (a local lock() or a remote request) creates both, so they agree.
@@ -130,13 +135,17 @@ void LockService::lock(uint64_t id) {
     MutexLock l(mu_);
     NodeLock& nl = node_lock(id);
     if (nl.token && !nl.held && nl.waiters.empty()) {
-      nl.held = true;  // the token was cached here: no message
+      take_cached(nl);  // the token was cached here: no message
       cached = true;
     } else {
       nl.waiters.push_back(&w);
       if (!nl.token && !nl.requested) {
         nl.requested = true;
         ask = true;
+        // note: the keep policy's guess (one clock read per request).
+        if (policy_.keep_ns > 0)
+          nl.comes_back =
+              nl.let_go_at != kNever && comm_.timers().now() - nl.let_go_at < policy_.keep_ns;
       }
     }
   }
@@ -149,7 +158,12 @@ void LockService::lock(uint64_t id) {
   if (ask) send_request(id);
   const Status& s = comm_.wait(w.done);
   LOOM_CHECK(s.is_ok(), "waiting for lock {:#x}: {}", id, s.to_string());
-  counters_.wait_ns.fetch_add(comm::now_ns() - t0, std::memory_order_relaxed);
+  const uint64_t waited = static_cast<uint64_t>(comm::now_ns() - t0);
+  counters_.wait_ns.fetch_add(waited, std::memory_order_relaxed);
+  uint64_t most = counters_.max_wait_ns.load(std::memory_order_relaxed);
+  while (waited > most &&
+         !counters_.max_wait_ns.compare_exchange_weak(most, waited, std::memory_order_relaxed)) {
+  }
   consistency_.acquire();
 }
 
@@ -158,7 +172,7 @@ bool LockService::try_lock(uint64_t id) {
     MutexLock l(mu_);
     NodeLock& nl = node_lock(id);
     if (!nl.token || nl.held || !nl.waiters.empty()) return false;
-    nl.held = true;
+    take_cached(nl);
     counters_.local_acquires.fetch_add(1, std::memory_order_relaxed);
   }
   consistency_.acquire();
@@ -168,7 +182,7 @@ bool LockService::try_lock(uint64_t id) {
 void LockService::unlock(uint64_t id) {
   // The lock's writes must reach whoever takes it next. A thread of this node shares them
   // already; another node needs them released, which happens when the token leaves.
-  const bool eager = !lazy_ || consistency_.must_release_now(protocols::ReleaseKind::kLock);
+  const bool eager = !policy_.lazy || consistency_.must_release_now(protocols::ReleaseKind::kLock);
   if (eager) consistency_.release(protocols::ReleaseKind::kLock);
   Waiter* next = nullptr;
   Grant grant;
@@ -179,11 +193,18 @@ void LockService::unlock(uint64_t id) {
     LOOM_CHECK(it != locks_.end() && it->second.held,
                "unlock of lock {:#x}, which no thread of node {} holds", id, me_);
     NodeLock& nl = it->second;
-    if (!nl.waiters.empty() && (!nl.has_successor || nl.streak < fairness_)) {
+    const bool to_successor =
+        nl.has_successor && (nl.waiters.empty() || nl.streak >= policy_.fairness);
+    // note: a clock read only where the token may leave (the keep policy's guess, in lock()).
+    if (to_successor && policy_.keep_ns > 0) nl.let_go_at = comm_.timers().now();
+    if (!nl.waiters.empty() && (!nl.has_successor || nl.streak < policy_.fairness)) {
       if (nl.has_successor) ++nl.streak;
       next = nl.waiters.front();
       nl.waiters.pop_front();
       counters_.local_handoffs.fetch_add(1, std::memory_order_relaxed);
+      if (!eager) mark_unreleased(nl);
+    } else if (nl.has_successor && nl.waiters.empty() && may_keep(nl)) {
+      keep_token(id, nl);
       if (!eager) mark_unreleased(nl);
     } else if (nl.has_successor && !eager) {
       leaving = true;  // still held, so nothing else grants it: release first, below
@@ -192,6 +213,7 @@ void LockService::unlock(uint64_t id) {
       grant = make_grant(id, nl);
       if (!nl.waiters.empty()) {
         nl.requested = true;  // our own waiters need the token back
+        nl.comes_back = true;
         ask = true;
       }
     } else {
@@ -208,11 +230,80 @@ void LockService::unlock(uint64_t id) {
     grant = make_grant(id, nl);
     if (!nl.waiters.empty()) {
       nl.requested = true;
+      nl.comes_back = true;
       ask = true;
     }
   }
   if (grant.to != comm::kNoNode) send_grant(std::move(grant));
   if (ask) send_request(id);
+}
+
+void LockService::take_cached(NodeLock& nl) {
+  nl.held = true;
+  if (!nl.has_successor) return;
+  ++nl.streak;
+  LOOM_CHECK(nl.streak <= policy_.fairness,
+             "node {}: a thread took an idle lock token after {} local acquisitions while node {} "
+             "waits (fairness {})",
+             me_, nl.streak - 1, nl.successor, policy_.fairness);
+  if (nl.keep == Keep::kOpen) {
+    nl.keep_used = true;
+    counters_.kept_reacquires.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+bool LockService::may_keep(const NodeLock& nl) const {
+  return policy_.keep_ns > 0 && nl.comes_back && nl.keep != Keep::kOver &&
+         nl.streak < policy_.fairness;
+}
+
+// note: the window opens at the first unlock that keeps the token for this successor and is not
+// extended by later ones: the successor waits at most keep_ns (plus the critical section running
+// when the timer fires) from then on, whatever this node's threads do.
+void LockService::keep_token(uint64_t id, NodeLock& nl) {
+  nl.held = false;
+  counters_.kept_unlocks.fetch_add(1, std::memory_order_relaxed);
+  if (nl.keep != Keep::kNone) return;
+  nl.keep = Keep::kOpen;
+  nl.keep_used = false;
+  const uint64_t epoch = ++nl.keep_epoch;
+  // note: the timers' mutex is taken under mu_ (it is a leaf: callbacks run without it).
+  nl.keep_timer = comm_.timers().add(nl.let_go_at + policy_.keep_ns,
+                                     [this, id, epoch] { on_keep_over(id, epoch); });
+}
+
+void LockService::on_keep_over(uint64_t id, uint64_t epoch) {
+  Grant grant;
+  bool release = false;
+  {
+    MutexLock l(mu_);
+    auto it = locks_.find(id);
+    if (it == locks_.end()) return;
+    NodeLock& nl = it->second;
+    if (nl.keep != Keep::kOpen || nl.keep_epoch != epoch) return;  // the token left meanwhile
+    nl.keep = Keep::kOver;
+    counters_.keeps_timed_out.fetch_add(1, std::memory_order_relaxed);
+    // Held (or about to be, by a local waiter): the unlock that frees it grants it.
+    if (!nl.token || nl.held || !nl.waiters.empty() || !nl.has_successor) return;
+    // Nobody came back for it: do not keep this lock's token again until this node asks for it
+    // again soon after it leaves.
+    if (!nl.keep_used) nl.comes_back = false;
+    release = hand_over_idle(id, nl, &grant);
+  }
+  if (grant.to != comm::kNoNode) send_grant(std::move(grant));
+  if (release && consistency_.try_release_from_handler())
+    counters_.handler_releases.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool LockService::hand_over_idle(uint64_t id, NodeLock& nl, Grant* g) {
+  // An idle token that no unlock kept for a successor: it is let go now.
+  if (nl.keep == Keep::kNone && policy_.keep_ns > 0) nl.let_go_at = comm_.timers().now();
+  if (released(nl)) {
+    *g = make_grant(id, nl);
+    return false;
+  }
+  if (std::find(deferred_.begin(), deferred_.end(), id) == deferred_.end()) deferred_.push_back(id);
+  return true;
 }
 
 void LockService::mark_unreleased(NodeLock& nl) {
@@ -270,6 +361,9 @@ LockService::Grant LockService::make_grant(uint64_t id, NodeLock& nl) {
   nl.token = false;
   nl.unreleased = false;
   nl.streak = 0;
+  if (nl.keep == Keep::kOpen) comm_.timers().cancel(nl.keep_timer);
+  nl.keep = Keep::kNone;
+  nl.keep_used = false;
   nl.has_successor = false;
   nl.successor = comm::kNoNode;
   nl.successor_vt.clear();
@@ -334,14 +428,7 @@ void LockService::on_forward(uint64_t id, comm::NodeId requester, VectorTime vt)
     nl.successor_vt = std::move(vt);
     // Idle token here: hand it over now, once what was written under it is released. Otherwise
     // the unlock that frees it will.
-    if (nl.token && !nl.held && nl.waiters.empty()) {
-      if (released(nl)) {
-        grant = make_grant(id, nl);
-      } else {
-        deferred_.push_back(id);
-        release = true;
-      }
-    }
+    if (nl.token && !nl.held && nl.waiters.empty()) release = hand_over_idle(id, nl, &grant);
   }
   if (grant.to != comm::kNoNode) send_grant(std::move(grant));
   // note: its listener call grants the deferred token; if a release is running on another

@@ -4,22 +4,34 @@
 // again on that node costs no message. A node that needs the token asks the lock's manager, which
 // remembers the last node that asked (the queue's tail) and forwards the request there; that
 // node hands the token over when it is done. Each node therefore has at most one successor.
-// Threads of one node waiting for the lock are served before the token leaves, but only
-// LOCK_FAIRNESS times in a row while another node waits. The grant carries the write notices the
-// acquirer lacks (by its vector time).
+// The grant carries the write notices the acquirer lacks (by its vector time).
+//
+// Between fairness and throughput (LockPolicy): once a successor waits, the node's own threads
+// may still take the lock at most `fairness` times in a row before the token leaves: a waiting
+// local thread gets it at an unlock (a local handoff), and an unlock that finds no local waiter
+// may *keep* the token idle here, for at most `keep_ns`, so that a thread of this node that
+// locks again soon (the same one, typically) takes it without a message. The token leaves at
+// the first unlock after `fairness` local acquisitions or after the window's time is up, or, if
+// it is idle then, when the window's timer (Comm::timers()) fires. So a waiting node is served
+// after at most `fairness` further acquisitions by this node and at most `keep_ns` plus one
+// critical section of idle keeping. A node keeps a lock's token only if, the last time it left,
+// the node asked for it again within `keep_ns` of letting it go (a lock its threads come back
+// to); a window that ends unused clears that. Details and measurements: docs/protocols/hlrc.md,
+// "Locks".
 //
 // Releases happen when they matter (docs/protocols/hlrc.md, "Lazy releases"): the threads of a
 // node share its memory, so an unlock that hands the lock to a thread of the same node, or leaves
-// the token idle here, does not release. The release happens when the token leaves the node: at
-// the unlock that grants it, or, for an idle token a request finds, in the handler (a release of
-// HLRC's pages, which needs no waiting) or, if a release is running then, right after it (the
-// release listener). An unlock releases at once only if some protocol's release work cannot
-// wait for a handler (Consistency::must_release_now).
+// the token idle here (also a kept one), does not release. The release happens when the token
+// leaves the node: at the unlock that grants it, or, for an idle token a request or a window's
+// timer finds, in the handler (a release of HLRC's pages, which needs no waiting) or, if a
+// release is running then, right after it (the release listener). An unlock releases at once
+// only if some protocol's release work cannot wait for a handler (Consistency::must_release_now).
 //
 // Messages (sync range): kLockRequest (node -> manager), kLockForward (manager -> tail),
 // kLockGrant (holder -> next). Formats in docs/protocols/hlrc.md.
 //
-// Thread safety: lock/unlock/try_lock from application threads; handlers on the server thread.
+// Thread safety: lock/unlock/try_lock from application threads; handlers and timers on the
+// server thread.
 #pragma once
 
 #include <atomic>
@@ -55,14 +67,28 @@ struct LockCounters {
   std::atomic<uint64_t> local_acquires{0}, remote_acquires{0}, local_handoffs{0}, grants_sent{0},
       wait_ns{0}, lazy_unlocks{0},  // unlocks that did not release (the token stayed on the node)
       handler_releases{0},          // grants of an idle token that released in the handler first
-      deferred_grants{0};           // grants that waited for a release running on another thread
+      deferred_grants{0},           // grants that waited for a release running on another thread
+      kept_unlocks{0},     // unlocks that kept the token idle here while a successor waited
+      kept_reacquires{0},  // acquisitions of a kept token
+      keeps_timed_out{0},  // keep windows whose time ran out
+      max_wait_ns{0};      // the longest wait of a lock() for the token (a remote acquire)
+};
+
+// The choices between fairness and throughput (the header's comment, above).
+struct LockPolicy {
+  // LOOM_LOCK_FAIRNESS (at least 1): acquisitions by this node's threads in a row while another
+  // node waits: local handoffs and acquisitions of a kept token.
+  uint32_t fairness = 4;
+  // LOOM_LOCK_KEEP_US: how long a token another node waits for may stay idle here for this
+  // node's threads (from the first unlock that keeps it). 0: never kept.
+  int64_t keep_ns = 0;
+  // LOOM_LAZY_RELEASE: release when the token leaves the node (above); false: at every unlock.
+  bool lazy = true;
 };
 
 class LockService {
  public:
-  // `lazy`: release when the token leaves the node (above); false: at every unlock.
-  LockService(comm::Comm& comm, protocols::Consistency& consistency, uint32_t fairness,
-              bool lazy = true);
+  LockService(comm::Comm& comm, protocols::Consistency& consistency, LockPolicy policy);
   ~LockService();
   LockService(const LockService&) = delete;
   LockService& operator=(const LockService&) = delete;
@@ -75,16 +101,34 @@ class LockService {
   void unlock(uint64_t id);
 
   const LockCounters& counters() const { return counters_; }
+  const LockPolicy& policy() const { return policy_; }
 
  private:
   struct Waiter {
     comm::Completion done;
   };
+  // Keeping the token for the current successor (LockPolicy::keep_ns): not yet, the window is
+  // open, or it is over (its time ran out; the token leaves at the next unlock).
+  enum class Keep : uint8_t { kNone, kOpen, kOver };
+  static constexpr int64_t kNever = INT64_MIN;
   struct NodeLock {
     bool token = false;      // the token is at this node
     bool held = false;       // a thread of this node holds the lock
     bool requested = false;  // asked the manager; grant not yet here
-    uint32_t streak = 0;     // local handoffs while a successor waited
+    // Local acquisitions (handoffs, kept tokens taken) since the successor became known.
+    // Invariant: an idle token with a successor has streak < fairness.
+    uint32_t streak = 0;
+    Keep keep = Keep::kNone;
+    bool keep_used = false;   // a thread of this node took the kept token in this window
+    uint64_t keep_timer = 0;  // the window's timer while kOpen
+    uint64_t keep_epoch = 0;  // numbers windows: a timer of an earlier one does nothing
+    // The keep policy's guess that a thread of this node will lock again soon: the last time the
+    // token left, this node asked for it again within keep_ns of letting it go (or had threads
+    // waiting as it left), and no keep window has ended unused since.
+    bool comes_back = false;
+    // Timers::now() when this node last let the token go: the unlock that kept or granted it
+    // while a successor waited, or the request that found it idle without one.
+    int64_t let_go_at = kNever;
     std::deque<Waiter*> waiters;
     bool has_successor = false;
     comm::NodeId successor = comm::kNoNode;
@@ -110,6 +154,17 @@ class LockService {
   Status on_grant(comm::Incoming& in);
   Grant make_grant(uint64_t id, NodeLock& nl) REQUIRES(mu_);
   void send_grant(Grant g);
+  // A thread of this node takes the idle token here (lock or try_lock).
+  void take_cached(NodeLock& nl) REQUIRES(mu_);
+  // An unlock with a successor and no local waiter: whether the token may stay (the policy).
+  bool may_keep(const NodeLock& nl) const REQUIRES(mu_);
+  void keep_token(uint64_t id, NodeLock& nl) REQUIRES(mu_);
+  // A keep window's time is up (a timer, on the dispatcher).
+  void on_keep_over(uint64_t id, uint64_t epoch);
+  // The token is idle here and the successor may have it: makes the grant in `g` if what was
+  // written under the lock is released; otherwise defers it to the release listener and returns
+  // true (the caller, a handler, then starts a release).
+  bool hand_over_idle(uint64_t id, NodeLock& nl, Grant* g) REQUIRES(mu_);
   // An unlock that does not release: the next release covers its writes.
   void mark_unreleased(NodeLock& nl) REQUIRES(mu_);
   bool released(const NodeLock& nl) const REQUIRES(mu_);
@@ -122,8 +177,7 @@ class LockService {
   protocols::Consistency& consistency_;
   const comm::NodeId me_;
   const uint32_t nodes_;
-  const uint32_t fairness_;
-  const bool lazy_;
+  const LockPolicy policy_;
   LockCounters counters_;
 
   Mutex mu_;

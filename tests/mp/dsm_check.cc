@@ -1,6 +1,9 @@
 // dsm_check: shared-memory tests run as real loomrun jobs (1, 2, 4 nodes x 1, 2 threads).
 //
-//   dsm_check counter T ITERS      T threads per node increment a lock-protected counter
+//   dsm_check counter T ITERS [HOLD_US [ITERS0]]  T threads per node increment a lock-protected
+//                                  counter ITERS times (node 0's threads ITERS0 times), sleeping
+//                                  HOLD_US inside each critical section (the other nodes'
+//                                  requests then reach the holder before it unlocks)
 //   dsm_check falseshare T ROUNDS  threads on all nodes write disjoint words of the same pages
 //   dsm_check sor T N ITERS        barrier-phased red-black SOR, bit-identical to sequential
 //   dsm_check prodcons T ITEMS     node 0 produces, the others consume, through a lock
@@ -105,22 +108,24 @@ double seconds_since(Clock::time_point t0) {
 }
 // --- counter --------------------------------------------------------------------------------
 
-int counter(int threads, int iters) {
+int counter(int threads, int iters, int hold_us, int iters0) {
   Header* h = shared_header(static_cast<uint32_t>(nodes() * threads));
   auto* count = shared_from_node0<uint64_t>(1);
   on_threads(threads, [&](int) {
     loom::mutex m = h->lock;
     loom::barrier b = h->bar;
     b.wait();
-    for (int i = 0; i < iters; ++i) {
+    for (int i = 0, n = me() == 0 ? iters0 : iters; i < n; ++i) {
       std::lock_guard<loom::mutex> g(m);
       ++*count;
+      if (hold_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(hold_us));
     }
     b.wait();
-    uint64_t expect = static_cast<uint64_t>(nodes()) * threads * iters;
+    uint64_t expect = (static_cast<uint64_t>(nodes() - 1) * iters + iters0) * threads;
     check(*count == expect, fmt::format("counter is {}, expected {}", *count, expect));
   });
-  std::printf("ok: counter node %d: %d threads x %d increments\n", me(), threads, iters);
+  std::printf("ok: counter node %d: %d threads x %d increments\n", me(), threads,
+              me() == 0 ? iters0 : iters);
   return 0;
 }
 
@@ -1256,7 +1261,8 @@ int main(int argc, char** argv) {
   loom::init(&argc, &argv);
   int rc = 2;
   if (mode == "counter")
-    rc = counter(static_cast<int>(arg(2, 1)), static_cast<int>(arg(3, 1000)));
+    rc = counter(static_cast<int>(arg(2, 1)), static_cast<int>(arg(3, 1000)),
+                 static_cast<int>(arg(4, 0)), static_cast<int>(arg(5, arg(3, 1000))));
   else if (mode == "falseshare")
     rc = falseshare(static_cast<int>(arg(2, 1)), static_cast<int>(arg(3, 10)));
   else if (mode == "sor")
