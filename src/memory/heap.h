@@ -34,6 +34,7 @@
 // an answer it has not installed) is kept and answered later, by whichever thread settles it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -98,6 +99,9 @@ class Heap {
   };
   Resolved resolve(PageId page);
   ProtocolId default_protocol() const { return default_protocol_; }
+  // How many protocols the node has (ids 0 .. n-1; the platform says so as it adds them): a home
+  // answer naming another is malformed. Until it is set, any id is taken.
+  void set_protocol_count(uint32_t n) { protocol_count_.store(n, std::memory_order_relaxed); }
 
   struct Stats {
     uint64_t allocs = 0, frees = 0, chunks = 0;
@@ -205,6 +209,7 @@ class Heap {
   const uint32_t nodes_;
   const uint64_t num_chunks_;
   const ProtocolId default_protocol_;
+  std::atomic<uint32_t> protocol_count_{kProtocolUnknown};
 
   // Node 0 only: the chunk directory.
   Mutex dir_mu_;

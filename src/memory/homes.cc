@@ -365,6 +365,12 @@ Result<Heap::Answer> Heap::decode_answer(std::span<const std::byte> bytes, bool 
         fmt::format("home answer of {} bytes announces {} runs", bytes.size(), h.runs));
   if (h.home != kNotAllocated && (h.home < 0 || h.home >= static_cast<int32_t>(nodes_)))
     return Status::malformed(fmt::format("home answer names home {}", h.home));
+  // note: a page's protocol id is used as an index by the platform (on its fault): an id this
+  // node does not have is the answer's fault, refused here.
+  const uint32_t protocols = protocol_count_.load(std::memory_order_relaxed);
+  if (h.home != kNotAllocated && h.protocol >= protocols)
+    return Status::malformed(
+        fmt::format("home answer names protocol {} ({} here)", h.protocol, protocols));
   Answer a;
   a.home = h.home;
   a.protocol = h.protocol;
@@ -388,9 +394,11 @@ Result<Heap::Answer> Heap::decode_answer(std::span<const std::byte> bytes, bool 
                          (r.kind == kRunReturned && arbitration);
     if (r.count == 0 || r.first >= space_.heap_pages() || r.count > space_.heap_pages() - r.first ||
         r.first / kChunkPages != (r.first + r.count - 1) / kChunkPages || !kind_ok ||
-        (r.kind == kRunHome && (r.node < 0 || r.node >= static_cast<int32_t>(nodes_))))
-      return Status::malformed(fmt::format("home answer with run [{}, +{}) kind {} node {}",
-                                           r.first, r.count, r.kind, r.node));
+        (r.kind == kRunHome && (r.node < 0 || r.node >= static_cast<int32_t>(nodes_))) ||
+        r.protocol >= protocols)
+      return Status::malformed(
+          fmt::format("home answer with run [{}, +{}) kind {} node {} protocol {}", r.first,
+                      r.count, r.kind, r.node, r.protocol));
   }
   return a;
 }

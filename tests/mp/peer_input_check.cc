@@ -113,12 +113,16 @@ int main(int argc, char** argv) {
     send(0, sync::msg::kBarrierArrive, arrival(managed_by_node0(sync::kBarrierTag), 2, 7), true);
   } else if (kind == "barrier_count") {
     const uint64_t b = managed_by_node0(sync::kBarrierTag);
+    // Node 1's arrival must come after node 0's, which sets the count: node 0's main thread
+    // sees its other thread arrive, then meets node 1 at a bootstrap barrier.
     if (me() == 0) {
-      rt().barriers().wait(b, 2);  // its arrival sets the count; then it waits
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // after node 0's arrival
-      send(0, sync::msg::kBarrierArrive, arrival(b, 3, 0), true);
+      std::thread([b] { rt().barriers().wait(b, 2); }).detach();  // it waits for good
+      while (rt().barriers().counters().waits.load() == 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // its arrival is handled
     }
+    if (loom::Status s = rt().bootstrap().barrier(); !s) fail(s.to_string());
+    if (me() == 1) send(0, sync::msg::kBarrierArrive, arrival(b, 3, 0), true);
   } else if (kind == "lock_twice" && me() == 1) {
     const uint64_t l = managed_by_node0(sync::kLockTag);
     rt().locks().lock(l);  // node 1 holds the token: it is the queue's tail
@@ -130,8 +134,8 @@ int main(int argc, char** argv) {
     send(0, sync::msg::kLockRequest, req, false);
   } else if (kind == "object_unknown" && me() == 1) {
     const int64_t one = 1;
-    (void)rt().objects().call({sync::kObjectTag | 999, 0, sync::kSemaphoreClass},
-                              sync::kSemaphoreV, std::as_bytes(std::span(&one, 1)));
+    (void)rt().objects().call({sync::kObjectTag | 999, 0, sync::kSemaphoreClass}, sync::kSemaphoreV,
+                              std::as_bytes(std::span(&one, 1)));
   } else if (kind == "object_class" && me() == 1) {
     sync::ObjectRef other = sh->sem;
     other.cls = sync::kConditionClass;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "memory/heap.h"
 #include "protocols/hlrc/hlrc.h"
 #include "sim/sim.h"
 #include "sync/barriers.h"
@@ -274,6 +275,30 @@ TEST(PeerInputDeathTest, PageReplyOfAnUnknownKind) {
         });
       },
       "node 1: bad 'hlrc.page_request' reply from node 0: malformed: page", o);
+}
+
+// A first-touch page's home comes from its chunk's owner: an answer naming a protocol this node
+// does not have (an index into its protocols) stops the job, before any page uses it.
+TEST(PeerInputDeathTest, HomeAnswerNamingAnUnknownProtocol) {
+  auto a = std::make_shared<uint64_t>(0);
+  Options o;
+  o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
+    if (h.is_reply() && h.type == memory::heap_msg::kHomeQuery && dst == 1 &&
+        payload->size() >= 8)
+      (*payload).data()[5] = std::byte{200};  // AnswerHeader::protocol (memory/homes.cc)
+  };
+  expect_stop(
+      [a](Simulation& sim) {
+        sim.spawn(0, [a](Thread& t) {
+          *a = t.alloc(4 * kPage);
+          t.barrier(barrier_id(0), 2);
+        });
+        sim.spawn(1, [a](Thread& t) {
+          t.barrier(barrier_id(0), 2);
+          t.write(*a, 1);  // node 0 owns the chunk: node 1 asks it for the page's home
+        });
+      },
+      "node 1: bad 'heap.home_query' reply from node 0: malformed: page", o);
 }
 
 }  // namespace

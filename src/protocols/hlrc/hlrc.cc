@@ -862,7 +862,7 @@ Status Hlrc::install_extras(ByteReader& r, const std::vector<ExtraPage>& asked, 
   // u32 n, then n x {u64 page, u32 kind, version, kind kReplyPage: 4 KiB}: pages asked, in order.
   auto parse = [&]() -> Status {
     if (r.left() == 0) return Status::ok();  // none
-    uint32_t n;
+    uint32_t n = 0;
     if (!r.u32(&n) || n > asked.size())
       return Status::malformed(
           fmt::format("page reply: {} extra pages, {} asked", n, asked.size()));
@@ -1319,7 +1319,7 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
   if (Status s = read_version(r, nodes_, &need); !s) return s;
   std::vector<ExtraPage> extras;
   if (r.left() != 0) {
-    uint32_t n;
+    uint32_t n = 0;
     if (!r.u32(&n) || n == 0 || n >= kMaxBatchPages)
       return Status::malformed(
           fmt::format("page request: {} extra pages (1 to {})", n, kMaxBatchPages - 1));
