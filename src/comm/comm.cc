@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "base/coop.h"
 #include "base/log.h"
 
 namespace loom::comm {
@@ -165,6 +166,31 @@ void Comm::report_fatal(const Status& why, NodeId culprit) {
   } else {
     LOOM_ERROR("{}", why.to_string());
   }
+}
+
+void Comm::report_bad_input(NodeId from, MsgType type, bool reply, const Status& why) {
+  report_fatal(
+      Status(why.code(), fmt::format("bad '{}' {} from node {}: {}", registry_.name_of(type),
+                                     reply ? "reply" : "message", from, why.to_string())),
+      from);
+}
+
+void Comm::fail_job(const Status& why, NodeId culprit) {
+  LOOM_CHECK(!on_dispatcher(), "fail_job on the dispatcher ({}): a handler returns its error",
+             why.to_string());
+  report_fatal(why, culprit);
+  // The fatal handler returned: it does not end the process (the simulator), or another
+  // thread's report came first and that thread is ending it.
+  if (CoopScheduler* s = coop_scheduler(); s != nullptr)
+    s->block_until([] { return false; }, "the end of the failed job");
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+void Comm::fail_bad_reply(NodeId from, MsgType type, const Status& why) {
+  LOOM_CHECK(!on_dispatcher(), "fail_bad_reply on the dispatcher ({}): report_bad_input instead",
+             why.to_string());
+  report_bad_input(from, type, /*reply=*/true, why);
+  fail_job(why, from);  // reported above: this only waits for the end
 }
 
 bool Comm::on_dispatcher() const { return t_dispatching == this; }
@@ -419,13 +445,9 @@ void Comm::dispatch(const WireHeader& h, std::span<const std::byte> payload, Buf
   }
   Incoming in(h, payload, owned);
   Status s = info->handler(in);
-  if (!s) {
-    // The handler's code is kept (a malformed payload, or a peer that failed the job's rules),
-    // and the sender is the culprit.
-    report_fatal(Status(s.code(), fmt::format("bad '{}' message from node {}: {}", info->name,
-                                              h.src, s.to_string())),
-                 h.src);
-  }
+  // The handler's code is kept (a malformed payload, or a peer that failed the job's rules),
+  // and the sender is the culprit.
+  if (!s) report_bad_input(h.src, h.type, /*reply=*/false, s);
 }
 
 void Comm::enqueue(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned) {

@@ -83,6 +83,23 @@ class Comm final : private TransportSink, public Poller {
   // `culprit`: the node whose failure this is (a peer that died or sent a malformed message),
   // kNoNode if it is this node's own or unknown. The runtime names it to the launcher.
   void report_fatal(const Status& why, NodeId culprit = kNoNode);
+  // Node `from` sent something that fails validation (a peer's input, docs/comm.md "Malformed
+  // peer input"): reports it as the dispatcher reports a handler's error, `bad '<name>' message
+  // from node S: <why>` (for a reply, `bad '<name>' reply from node S: <why>`), keeping why's
+  // code, with S as the culprit. For code that checks a peer's input outside a handler: a reply
+  // callback on the dispatcher, which returns after it (the job stops), or, through
+  // fail_bad_reply, an application thread.
+  void report_bad_input(NodeId from, MsgType type, bool reply, const Status& why);
+  // Stops the job from an application thread that cannot go on: `why` is reported
+  // (report_fatal) and the call never returns. The fatal handler ends the process (the
+  // runtime's); if another thread's report came first, that thread is ending it and this one
+  // waits; in the simulator (base/coop.h) the thread stays parked, and the simulation has failed.
+  // note: with a fatal handler that returns and no simulator (unit tests), the thread waits
+  // forever. REQUIRES: not on the dispatcher (a handler returns its error instead).
+  [[noreturn]] void fail_job(const Status& why, NodeId culprit = kNoNode);
+  // fail_job for a reply of node `from` to this thread's request of type `type` that fails
+  // validation: reported as report_bad_input reports a reply, `from` the culprit.
+  [[noreturn]] void fail_bad_reply(NodeId from, MsgType type, const Status& why);
   // The culprit of the first fatal report (valid once failed()).
   NodeId culprit() const { return culprit_.load(std::memory_order_acquire); }
   bool failed() const { return failed_.load(std::memory_order_acquire); }

@@ -230,6 +230,8 @@ size_t diff_create(const std::byte* twin, const std::byte* page, std::vector<std
   return out->size() - start;
 }
 
+Status diff_check(std::span<const std::byte> diff) { return validate(diff); }
+
 Status diff_apply(std::span<const std::byte> diff, std::byte* page) {
   // note: validate everything before the first store, so a malformed diff leaves no half-applied
   // page behind.

@@ -71,6 +71,9 @@ size_t diff_create(const std::byte* twin, const std::byte* page, std::vector<std
 // of order give Status::invalid_argument naming the problem and its byte offset in `diff`, and
 // leave `page` untouched.
 Status diff_apply(std::span<const std::byte> diff, std::byte* page);
+// Checks an encoded diff as diff_apply does, without applying it (the Status diff_apply would
+// return): for a diff a peer sent, checked when it arrives, before it is kept or passed on.
+Status diff_check(std::span<const std::byte> diff);
 
 // Pseudo pages (the single-owner protocol's unit of transfer): a page is kBlocksPerPage blocks
 // of kBlockSize bytes, and a block mask has bit b set for bytes [b * kBlockSize, +kBlockSize).

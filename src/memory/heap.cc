@@ -110,11 +110,15 @@ Result<uint64_t> Heap::take_chunks(uint64_t chunks) {
   } else {
     ChunkAllocReq req{chunks};
     Result<comm::Buffer> reply = comm_.call(0, heap_msg::kChunkAlloc, comm::as_bytes_of(req));
-    if (!reply) return reply.status();
-    if (reply->size() != sizeof(ChunkAllocReply))
-      return Status::malformed("chunk allocation reply has the wrong size");
-    ChunkAllocReply r;
-    std::memcpy(&r, reply->data(), sizeof r);
+    if (!reply) return reply.status();  // the region is exhausted (node 0's answer)
+    ChunkAllocReply r{};
+    if (reply->size() == sizeof r) std::memcpy(&r, reply->data(), sizeof r);
+    if (reply->size() != sizeof r || r.first_chunk > num_chunks_ ||
+        chunks > num_chunks_ - r.first_chunk)
+      comm_.fail_bad_reply(
+          0, heap_msg::kChunkAlloc,
+          Status::malformed(fmt::format("{} chunks from chunk {} ({} bytes) of a heap of {} chunks",
+                                        chunks, r.first_chunk, reply->size(), num_chunks_)));
     first = r.first_chunk;
   }
   for (uint64_t c = first; c < first + chunks; ++c)
@@ -133,9 +137,16 @@ int32_t Heap::chunk_owner(uint64_t chunk) {
   } else {
     PageMsg m{chunk};
     Result<comm::Buffer> reply = comm_.call(0, heap_msg::kChunkOwner, comm::as_bytes_of(m));
-    LOOM_CHECK(reply.is_ok() && reply->size() == sizeof(int32_t), "chunk owner query failed: {}",
-               reply.is_ok() ? "wrong reply size" : reply.status().to_string());
-    std::memcpy(&owner, reply->data(), sizeof owner);
+    if (!reply)
+      comm_.fail_job(
+          Status(reply.status().code(), fmt::format("asking node 0 for the owner of chunk {}: {}",
+                                                    chunk, reply.status().message())),
+          0);
+    if (reply->size() == sizeof owner) std::memcpy(&owner, reply->data(), sizeof owner);
+    if (reply->size() != sizeof owner || owner < -1 || owner >= static_cast<int32_t>(nodes_))
+      comm_.fail_bad_reply(0, heap_msg::kChunkOwner,
+                           Status::malformed(fmt::format("chunk {}: owner {} ({} bytes)", chunk,
+                                                         owner, reply->size())));
   }
   // note: a chunk's owner never changes once taken, so a positive answer can be cached forever.
   if (owner >= 0) owner_cache_[chunk].store(owner, std::memory_order_relaxed);

@@ -34,6 +34,7 @@
 // an answer it has not installed) is kept and answered later, by whichever thread settles it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -104,6 +105,9 @@ class Heap {
   // the pages after a faulting one.
   std::optional<Resolved> known(PageId page);
   ProtocolId default_protocol() const { return default_protocol_; }
+  // How many protocols the node has (ids 0 .. n-1; the platform says so as it adds them): a home
+  // answer naming another is malformed. Until it is set, any id is taken.
+  void set_protocol_count(uint32_t n) { protocol_count_.store(n, std::memory_order_relaxed); }
 
   struct Stats {
     uint64_t allocs = 0, frees = 0, chunks = 0;
@@ -173,18 +177,25 @@ class Heap {
   // Appends the decided homes of `page`'s chunk known here (at most kMaxHomeRuns runs, those
   // nearest `page`).
   void collect_homes_locked(PageId page, std::vector<HomeRunWire>* runs) const REQUIRES(mu_);
-  // Records that pages [first, end) have home `home` (checking it against what is known).
-  void set_home_locked(PageId first, PageId end, int32_t home, ProtocolId protocol, bool local)
+  // Records that pages [first, end) have home `home`. kMalformed, and nothing changes, if that
+  // contradicts what is known here (another home decided for one of them, or this node's window
+  // over them and a home other than this node): only a peer's answer can (the caller reports
+  // it); this node's own decisions check the result.
+  Status set_home_locked(PageId first, PageId end, int32_t home, ProtocolId protocol, bool local)
       REQUIRES(mu_);
-  // Asker side: takes in an owner's answer about `page`.
-  void install_locked(const Answer& a, PageId page, Outbox& out) REQUIRES(mu_);
+  // Asker side: takes in an owner's answer about `page`. kMalformed if it contradicts what is
+  // known here: the runs before the one that does are taken in (each was consistent with what
+  // was known), the rest are not.
+  Status install_locked(const Answer& a, PageId page, Outbox& out) REQUIRES(mu_);
   // Delegate side: answers an arbitration, or keeps it until its window arrives.
   Status arbitrate_locked(const ArbitrateReq& m, const comm::ReplyTo& to, Outbox& out)
       REQUIRES(mu_);
   // Owner side, on the dispatcher: a delegate's answer to an arbitration of `chunk`.
   void on_arbitrated(uint64_t chunk, comm::NodeId delegate, Status s, comm::Buffer reply)
       EXCLUDES(mu_);
-  // Sends what `out` holds: answers, local completions, arbitration requests.
+  // Sends what `out` holds: answers, local completions, arbitration requests; reports the bad
+  // peer input it holds (Comm::report_bad_input), and then, off the dispatcher, does not return
+  // (Comm::fail_job).
   void flush(Outbox& out) EXCLUDES(mu_);
   Result<Answer> decode_answer(std::span<const std::byte> bytes, bool arbitration) const;
 
@@ -204,6 +215,7 @@ class Heap {
   const uint32_t nodes_;
   const uint64_t num_chunks_;
   const ProtocolId default_protocol_;
+  std::atomic<uint32_t> protocol_count_{kProtocolUnknown};
 
   // Node 0 only: the chunk directory.
   Mutex dir_mu_;

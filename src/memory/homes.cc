@@ -100,9 +100,16 @@ struct Heap::Outbox {
     uint64_t chunk;
     ArbitrateReq req;
   };
+  struct Bad {  // a peer's input that failed validation
+    comm::NodeId from;
+    comm::MsgType type;
+    bool reply;
+    Status why;
+  };
   std::vector<Reply> replies;
   std::vector<Local> locals;
   std::vector<Arbitration> arbitrations;
+  std::vector<Bad> bad;
 };
 
 Status Heap::register_home_messages() {
@@ -260,7 +267,10 @@ Heap::Resolved Heap::resolve_first_touch(PageId page) {
           // This node arbitrates the page and nobody has touched it: it is the first toucher.
           // note: under mu_, as an arbitration of the page on the server thread; exactly one of
           // the two decides it.
-          set_home_locked(page, page + 1, static_cast<int32_t>(me_), v->value.protocol, true);
+          Status s =
+              set_home_locked(page, page + 1, static_cast<int32_t>(me_), v->value.protocol, true);
+          LOOM_CHECK(s.is_ok(), "first touch of page {} in this node's window: {}", page,
+                     s.to_string());
           return {static_cast<int32_t>(me_), v->value.protocol};
         }
         // kDelegated: this node owns the chunk; asked below.
@@ -302,13 +312,18 @@ Heap::Resolved Heap::ask_owner(PageId page, int32_t owner) {
   if (owner < 0) return {kNotAllocated, kProtocolUnknown};
   home_queries_.fetch_add(1, std::memory_order_relaxed);
   HomeQueryMsg m{page};
-  Result<comm::Buffer> reply =
-      comm_.call(static_cast<comm::NodeId>(owner), heap_msg::kHomeQuery, comm::as_bytes_of(m));
-  LOOM_CHECK(reply.is_ok(), "home query for page {} to node {} failed: {}", page, owner,
-             reply.status().to_string());
+  const auto from = static_cast<comm::NodeId>(owner);
+  Result<comm::Buffer> reply = comm_.call(from, heap_msg::kHomeQuery, comm::as_bytes_of(m));
+  if (!reply)
+    comm_.fail_job(
+        Status(reply.status().code(), fmt::format("home query for page {} to node {} failed: {}",
+                                                  page, owner, reply.status().message())),
+        from);
   Result<Answer> a = decode_answer(reply->span(), false);
-  LOOM_CHECK(a.is_ok(), "home query for page {} to node {}: {}", page, owner,
-             a.status().to_string());
+  if (!a)
+    comm_.fail_bad_reply(
+        from, heap_msg::kHomeQuery,
+        Status(a.status().code(), fmt::format("page {}: {}", page, a.status().message())));
   if (a->record_pages != 0) {
     MutexLock l(remote_mu_);
     remote_records_[a->record_first] =
@@ -317,25 +332,32 @@ Heap::Resolved Heap::ask_owner(PageId page, int32_t owner) {
   Outbox out;
   {
     MutexLock l(mu_);
-    install_locked(*a, page, out);
+    if (Status s = install_locked(*a, page, out); !s)
+      out.bad.push_back({from, heap_msg::kHomeQuery, true,
+                         Status(s.code(), fmt::format("page {}: {}", page, s.message()))});
   }
-  flush(out);
+  flush(out);  // does not return if the answer was bad
   if (a->home == kNotAllocated) return {kNotAllocated, kProtocolUnknown};
   return {a->home, a->protocol};
 }
 
-void Heap::set_home_locked(PageId first, PageId end, int32_t home, ProtocolId protocol,
-                           bool local) {
+Status Heap::set_home_locked(PageId first, PageId end, int32_t home, ProtocolId protocol,
+                             bool local) {
   const bool mine = home == static_cast<int32_t>(me_);
   uint64_t newly_mine = 0;
   PageId p = first;
-  for (const HomeRun& k : homes_.runs_in(first, end)) {
-    if (k.value.kind == HomeKind::kHome)
-      LOOM_CHECK(k.value.node == home, "pages [{}, {}): home {} known here, home {} in an answer",
-                 k.first, k.end, k.value.node, home);
-    if (k.value.kind == HomeKind::kWindow)
-      LOOM_CHECK(mine, "pages [{}, {}) are in this node's window, but an answer names home {}",
-                 k.first, k.end, home);
+  const std::vector<HomeRun> known = homes_.runs_in(first, end);
+  for (const HomeRun& k : known) {
+    if (k.value.kind == HomeKind::kHome && k.value.node != home)
+      return Status::malformed(
+          fmt::format("pages [{}, {}): home {} known here, home {} in an answer", k.first, k.end,
+                      k.value.node, home));
+    if (k.value.kind == HomeKind::kWindow && !mine)
+      return Status::malformed(
+          fmt::format("pages [{}, {}) are in this node's window, but an answer names home {}",
+                      k.first, k.end, home));
+  }
+  for (const HomeRun& k : known) {
     newly_mine += (k.first - p) + (k.value.kind == HomeKind::kHome ? 0 : k.end - k.first);
     p = k.end;
   }
@@ -346,6 +368,7 @@ void Heap::set_home_locked(PageId first, PageId end, int32_t home, ProtocolId pr
     first_touches_.fetch_add(newly_mine, std::memory_order_relaxed);
     if (local) first_touches_local_.fetch_add(newly_mine, std::memory_order_relaxed);
   }
+  return Status::ok();
 }
 
 void Heap::collect_homes_locked(PageId page, std::vector<HomeRunWire>* runs) const {
@@ -378,6 +401,12 @@ Result<Heap::Answer> Heap::decode_answer(std::span<const std::byte> bytes, bool 
         fmt::format("home answer of {} bytes announces {} runs", bytes.size(), h.runs));
   if (h.home != kNotAllocated && (h.home < 0 || h.home >= static_cast<int32_t>(nodes_)))
     return Status::malformed(fmt::format("home answer names home {}", h.home));
+  // note: a page's protocol id is used as an index by the platform (on its fault): an id this
+  // node does not have is the answer's fault, refused here.
+  const uint32_t protocols = protocol_count_.load(std::memory_order_relaxed);
+  if (h.home != kNotAllocated && h.protocol >= protocols)
+    return Status::malformed(
+        fmt::format("home answer names protocol {} ({} here)", h.protocol, protocols));
   Answer a;
   a.home = h.home;
   a.protocol = h.protocol;
@@ -401,14 +430,17 @@ Result<Heap::Answer> Heap::decode_answer(std::span<const std::byte> bytes, bool 
                          (r.kind == kRunReturned && arbitration);
     if (r.count == 0 || r.first >= space_.heap_pages() || r.count > space_.heap_pages() - r.first ||
         r.first / kChunkPages != (r.first + r.count - 1) / kChunkPages || !kind_ok ||
-        (r.kind == kRunHome && (r.node < 0 || r.node >= static_cast<int32_t>(nodes_))))
-      return Status::malformed(fmt::format("home answer with run [{}, +{}) kind {} node {}",
-                                           r.first, r.count, r.kind, r.node));
+        (r.kind == kRunHome && (r.node < 0 || r.node >= static_cast<int32_t>(nodes_))) ||
+        r.protocol >= protocols)
+      return Status::malformed(
+          fmt::format("home answer with run [{}, +{}) kind {} node {} protocol {}", r.first,
+                      r.count, r.kind, r.node, r.protocol));
   }
   return a;
 }
 
 void Heap::flush(Outbox& out) {
+  for (const Outbox::Bad& b : out.bad) comm_.report_bad_input(b.from, b.type, b.reply, b.why);
   for (Outbox::Reply& r : out.replies)
     if (Status s = comm_.reply(r.to, r.bytes); !s)
       LOOM_DEBUG("home answer to node {} not sent: {}", r.to.node, s.to_string());
@@ -430,6 +462,9 @@ void Heap::flush(Outbox& out) {
       LOOM_WARN("arbitration of page {} by node {} not sent: {}", a.req.page, a.delegate,
                 s.to_string());
   }
+  // note: reported above; an application thread that asked goes no further.
+  if (!out.bad.empty() && !comm_.on_dispatcher())
+    comm_.fail_job(out.bad.front().why, out.bad.front().from);
 }
 
 // --- Owner ----------------------------------------------------------------------------------
@@ -464,7 +499,8 @@ void Heap::answer_locked(const Query& q, Outbox& out) {
       // decided the page (that takes an arbitration by the delegate, and none is on its way),
       // so the asker is its first toucher, or already its home. (Asking the delegate itself
       // instead could wait for the very answer its thread is waiting for.)
-      set_home_locked(page, page + 1, h.node, h.protocol, false);
+      Status s = set_home_locked(page, page + 1, h.node, h.protocol, false);
+      LOOM_CHECK(s.is_ok(), "page {} delegated to its asker: {}", page, s.to_string());
       return answer_home_locked(q, h.node, h.protocol, r, out);
     }
     // Only the delegate knows whether it touched the page: ask it.
@@ -478,7 +514,9 @@ void Heap::answer_locked(const Query& q, Outbox& out) {
   if (r == nullptr) return answer_home_locked(q, kNotAllocated, kProtocolUnknown, nullptr, out);
   if (!first_touch(*r)) return answer_home_locked(q, home_in_record(*r, page), r->protocol, r, out);
   // Undecided: the asker touches it first.
-  set_home_locked(page, page + 1, static_cast<int32_t>(q.asker), r->protocol, q.asker == me_);
+  Status s =
+      set_home_locked(page, page + 1, static_cast<int32_t>(q.asker), r->protocol, q.asker == me_);
+  LOOM_CHECK(s.is_ok(), "undecided page {} to its first toucher: {}", page, s.to_string());
   answer_home_locked(q, static_cast<int32_t>(q.asker), r->protocol, r, out);
 }
 
@@ -595,11 +633,16 @@ void Heap::on_arbitrated(uint64_t chunk, comm::NodeId delegate, Status s, comm::
   }
   Result<Answer> a = decode_answer(reply.span(), true);
   if (!a) {
-    comm_.report_fatal(Status::malformed(
-        fmt::format("node {} answered an arbitration: {}", delegate, a.status().message())));
+    comm_.report_bad_input(delegate, heap_msg::kHomeArbitrate, /*reply=*/true, a.status());
     return;
   }
   Outbox out;
+  // note: a decided home that contradicts what this node knows is the delegate's bad answer:
+  // reported (flush), with the runs before it taken in and the questions left waiting (the job
+  // stops).
+  auto bad = [&](Status s) {
+    out.bad.push_back({delegate, heap_msg::kHomeArbitrate, true, std::move(s)});
+  };
   {
     MutexLock l(mu_);
     auto it = arbitrating_.find(chunk);
@@ -609,8 +652,10 @@ void Heap::on_arbitrated(uint64_t chunk, comm::NodeId delegate, Status s, comm::
     std::vector<Query> queries = std::move(it->second);
     arbitrating_.erase(it);
     for (const HomeRunWire& r : a->runs) {
+      if (!out.bad.empty()) break;
       if (r.kind == kRunHome) {
-        set_home_locked(r.first, r.first + r.count, r.node, r.protocol, false);
+        if (Status s = set_home_locked(r.first, r.first + r.count, r.node, r.protocol, false); !s)
+          bad(std::move(s));
       } else {
         // Given back: undecided again, arbitrated here.
         for (const HomeRun& k : homes_.runs_in(r.first, r.first + r.count))
@@ -620,8 +665,11 @@ void Heap::on_arbitrated(uint64_t chunk, comm::NodeId delegate, Status s, comm::
       }
     }
     const Query& first = queries.front();
-    if (a->home >= 0) set_home_locked(first.page, first.page + 1, a->home, a->protocol, false);
-    for (size_t i = 0; i < queries.size(); ++i) {
+    if (out.bad.empty() && a->home >= 0) {
+      if (Status s = set_home_locked(first.page, first.page + 1, a->home, a->protocol, false); !s)
+        bad(std::move(s));
+    }
+    for (size_t i = 0; i < queries.size() && out.bad.empty(); ++i) {
       if (i == 0 && a->home == kNotAllocated)
         answer_home_locked(first, kNotAllocated, kProtocolUnknown, nullptr, out);
       else
@@ -633,36 +681,43 @@ void Heap::on_arbitrated(uint64_t chunk, comm::NodeId delegate, Status s, comm::
 
 // --- Asker and delegate ---------------------------------------------------------------------
 
-void Heap::install_locked(const Answer& a, PageId page, Outbox& out) {
+Status Heap::install_locked(const Answer& a, PageId page, Outbox& out) {
   for (const HomeRunWire& r : a.runs) {
     const PageId first = r.first, end = r.first + r.count;
     if (r.kind == kRunHome) {
-      set_home_locked(first, end, r.node, r.protocol, false);
+      if (Status s = set_home_locked(first, end, r.node, r.protocol, false); !s) return s;
       continue;
     }
     // A window. Pages in it may have become this node's meanwhile (another thread asked about
-    // one before this answer arrived); they stay decided.
+    // one before this answer arrived); they stay decided. Any other page known here is not the
+    // owner's to delegate: its bad answer.
+    const std::vector<HomeRun> known = homes_.runs_in(first, end);
+    for (const HomeRun& k : known)
+      if (k.value.kind != HomeKind::kHome || k.value.node != static_cast<int32_t>(me_))
+        return Status::malformed(
+            fmt::format("a window [{}, {}) over pages [{}, {}) known here as kind {} node {}",
+                        first, end, k.first, k.end, static_cast<int>(k.value.kind), k.value.node));
     home_windows_.fetch_add(1, std::memory_order_relaxed);
     const HomeValue window{HomeKind::kWindow, r.protocol, -1};
     PageId p = first;
-    for (const HomeRun& k : homes_.runs_in(first, end)) {
-      LOOM_CHECK(k.value.kind == HomeKind::kHome && k.value.node == static_cast<int32_t>(me_),
-                 "a window [{}, {}) over pages [{}, {}) known here as kind {} node {}", first, end,
-                 k.first, k.end, static_cast<int>(k.value.kind), k.value.node);
+    for (const HomeRun& k : known) {
       if (k.first > p) homes_.assign(p, k.first, window);
       p = k.end;
     }
     if (p < end) homes_.assign(p, end, window);
   }
-  if (a.home >= 0 && a.record_pages == 0)
-    set_home_locked(page, page + 1, a.home, a.protocol, false);
+  if (a.home >= 0 && a.record_pages == 0) {
+    if (Status s = set_home_locked(page, page + 1, a.home, a.protocol, false); !s) return s;
+  }
   // Arbitrations that waited for a window (this one, or one still on its way).
   std::vector<DeferredArbitration> waiting;
   waiting.swap(deferred_);
   for (const DeferredArbitration& d : waiting) {
-    Status s = arbitrate_locked(d.req, d.to, out);
-    LOOM_CHECK(s.is_ok(), "a kept arbitration of page {}: {}", d.req.page, s.to_string());
+    // The owner's question, kept until now: bad, it is the owner's bad message.
+    if (Status s = arbitrate_locked(d.req, d.to, out); !s)
+      out.bad.push_back({d.to.node, heap_msg::kHomeArbitrate, false, std::move(s)});
   }
+  return Status::ok();
 }
 
 Status Heap::arbitrate_locked(const ArbitrateReq& m, const comm::ReplyTo& to, Outbox& out) {
@@ -696,7 +751,9 @@ Status Heap::arbitrate_locked(const ArbitrateReq& m, const comm::ReplyTo& to, Ou
     const PageId b = std::min(v->end, lo + kChunkPages);
     const ProtocolId protocol = v->value.protocol;
     homes_.erase(a, b);
-    set_home_locked(page, page + 1, m.asker, protocol, false);
+    // note: the page was in this node's window, erased just before: nothing to contradict.
+    Status s = set_home_locked(page, page + 1, m.asker, protocol, false);
+    LOOM_CHECK(s.is_ok(), "arbitrated page {}: {}", page, s.to_string());
     if (a < page) runs.push_back({a, static_cast<uint16_t>(page - a), kRunReturned, protocol, -1});
     if (page + 1 < b)
       runs.push_back({page + 1, static_cast<uint16_t>(b - page - 1), kRunReturned, protocol, -1});

@@ -23,6 +23,7 @@ void Platform::add(Protocol* protocol, std::unique_ptr<Protocol> owned) {
   LOOM_CHECK(protocols_.size() < kMaxProtocols, "more than {} protocols", kMaxProtocols);
   protocols_.push_back(protocol);
   if (owned) owned_.push_back(std::move(owned));
+  heap_.set_protocol_count(static_cast<uint32_t>(protocols_.size()));
 }
 
 Status Platform::register_messages() {

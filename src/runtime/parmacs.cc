@@ -152,7 +152,23 @@ void create_one(void (*fn)(void), long total) {
 
 Status register_parmacs_messages(Runtime& r) {
   comm::MessageRegistry& reg = r.comm().registry();
-  Status s = reg.add(pm_msg::kCreate, "pm.create", [&r](comm::Incoming& in) -> Status {
+  // Who sends what (parmacs.md): node 0 creates, ends and aborts; every other node reports to it.
+  // note: a CREATE names a function of the program by address (the same binary everywhere),
+  // which no check here can validate: peers are trusted not to lie (docs/comm.md, the job tag).
+  auto from_node0 = [&r](const comm::Incoming& in, const char* what) -> Status {
+    if (in.src() != 0 || r.rank() == 0)
+      return Status::malformed(fmt::format("{} from node {} to node {}: only node 0 sends it", what,
+                                           in.src(), r.rank()));
+    return Status::ok();
+  };
+  auto to_node0 = [&r](const comm::Incoming& in, const char* what) -> Status {
+    if (r.rank() != 0)
+      return Status::malformed(fmt::format("{} from node {} to node {}: only node 0 takes it", what,
+                                           in.src(), r.rank()));
+    return Status::ok();
+  };
+  Status s = reg.add(pm_msg::kCreate, "pm.create", [&r, from_node0](comm::Incoming& in) -> Status {
+    if (Status st = from_node0(in, "pm.create"); !st) return st;
     ByteReader rd(in.payload());
     CreateReq req;
     if (!rd.u64(&req.fn) || !rd.u64(&req.index)) return Status::malformed("pm.create: truncated");
@@ -160,6 +176,8 @@ Status register_parmacs_messages(Runtime& r) {
     if (!vt) return vt.status();
     req.creator_vt = std::move(*vt);
     if (Status st = r.hlrc().store_notices(rd); !st) return st;
+    if (rd.left() != 0)
+      return Status::malformed(fmt::format("pm.create: {} trailing bytes", rd.left()));
     State& st = state();
     MutexLock l(st.mu);
     st.queue.push_back(std::move(req));
@@ -167,11 +185,14 @@ Status register_parmacs_messages(Runtime& r) {
     return Status::ok();
   });
   if (!s) return s;
-  s = reg.add(pm_msg::kDone, "pm.done", [&r](comm::Incoming& in) -> Status {
+  s = reg.add(pm_msg::kDone, "pm.done", [&r, to_node0](comm::Incoming& in) -> Status {
+    if (Status st = to_node0(in, "pm.done"); !st) return st;
     ByteReader rd(in.payload());
     uint64_t index;
     if (!rd.u64(&index)) return Status::malformed("pm.done: truncated");
     if (Status st = r.hlrc().store_notices(rd); !st) return st;
+    if (rd.left() != 0)
+      return Status::malformed(fmt::format("pm.done: {} trailing bytes", rd.left()));
     State& st = state();
     MutexLock l(st.mu);
     st.finished++;
@@ -179,7 +200,8 @@ Status register_parmacs_messages(Runtime& r) {
     return Status::ok();
   });
   if (!s) return s;
-  s = reg.add(pm_msg::kEnd, "pm.end", [](comm::Incoming&) -> Status {
+  s = reg.add(pm_msg::kEnd, "pm.end", [from_node0](comm::Incoming& in) -> Status {
+    if (Status bad = from_node0(in, "pm.end"); !bad) return bad;
     State& st = state();
     MutexLock l(st.mu);
     st.end = true;
@@ -187,7 +209,8 @@ Status register_parmacs_messages(Runtime& r) {
     return Status::ok();
   });
   if (!s) return s;
-  s = reg.add(pm_msg::kExit, "pm.exit", [](comm::Incoming& in) -> Status {
+  s = reg.add(pm_msg::kExit, "pm.exit", [to_node0](comm::Incoming& in) -> Status {
+    if (Status bad = to_node0(in, "pm.exit"); !bad) return bad;
     uint32_t code;
     if (in.payload().size() != sizeof code) return Status::malformed("pm.exit: bad length");
     std::memcpy(&code, in.payload().data(), sizeof code);
@@ -196,7 +219,8 @@ Status register_parmacs_messages(Runtime& r) {
     return Status::ok();
   });
   if (!s) return s;
-  return reg.add(pm_msg::kAbort, "pm.abort", [&r](comm::Incoming& in) -> Status {
+  return reg.add(pm_msg::kAbort, "pm.abort", [&r, from_node0](comm::Incoming& in) -> Status {
+    if (Status bad = from_node0(in, "pm.abort"); !bad) return bad;
     uint32_t code;
     if (in.payload().size() != sizeof code) return Status::malformed("pm.abort: bad length");
     std::memcpy(&code, in.payload().data(), sizeof code);

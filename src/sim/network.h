@@ -38,6 +38,7 @@ class SimNetwork {
 
   size_t in_flight() const { return flight_.size(); }
   const InFlight& peek(size_t i) const { return flight_[i]; }
+  InFlight& at(size_t i) { return flight_[i]; }
   // Removes message i from the pool and stages it at its destination: the destination's next
   // progress() hands it to its sink (Comm). Returns the destination.
   comm::NodeId stage(size_t i);

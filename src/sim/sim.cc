@@ -248,6 +248,16 @@ void Simulation::pass_turn(SimThread& me) {
 }
 
 void Simulation::deliver(size_t i) {
+  if (opts_.tamper) {
+    InFlight& t = net_->at(i);
+    if (Result<comm::WireHeader> h =
+            comm::decode_header(t.header, t.payload.size(), opts_.nodes, 1);
+        h) {
+      opts_.tamper(*h, t.dst, &t.payload);
+      h->length = static_cast<uint32_t>(t.payload.size());
+      comm::encode_header(*h, t.header);
+    }
+  }
   const InFlight& m = net_->peek(i);
   Node& dst = *nodes_[m.dst];
   Result<comm::WireHeader> h = comm::decode_header(m.header, m.payload.size(), opts_.nodes, 1);
@@ -363,6 +373,22 @@ int Thread::home_of(uint64_t addr) {
 
 void Thread::wait_until(std::function<bool()> ready) {
   coop_scheduler()->block_until(std::move(ready), "simulator wait");
+}
+
+void Thread::inject(uint32_t dst, comm::MsgType type, std::span<const std::byte> payload,
+                    bool request) {
+  yield();
+  comm::Comm& c = *sim_->nodes_[self_->node]->comm;
+  sim_->note(fmt::format("{} injects {}{} to {} ({} bytes)", sim_->thread_name(*self_),
+                         c.registry().name_of(type), request ? " request" : "", dst,
+                         payload.size()));
+  Status s = request ? c.start_request(dst, type, payload, [](Status, comm::Buffer) {})
+                     : c.send(dst, type, payload);
+  LOOM_CHECK(s.is_ok(), "injecting a message: {}", s.to_string());
+}
+
+uint64_t Thread::page_of(uint64_t addr) const {
+  return sim_->nodes_[self_->node]->frames->page_of(reinterpret_cast<void*>(addr));
 }
 
 void Thread::access(uint64_t addr, size_t len, bool is_write) {

@@ -64,6 +64,10 @@ struct Options {
   size_t trace_tail = 40;
   bool print_trace = false;
   uint64_t max_steps = 20'000'000;
+  // Test-only: a peer's bad input with a valid header (docs/comm.md, "Malformed peer input").
+  // Called with every message about to be delivered (its header, its receiver and its payload,
+  // which it may rewrite; the header's length follows).
+  std::function<void(const comm::WireHeader&, comm::NodeId, comm::Buffer*)> tamper;
 };
 
 class Simulation;
@@ -107,6 +111,12 @@ class Thread {
   // A simulator-level wait (no messages, not a Loom operation): parks this thread until
   // `ready()` holds. For scenarios that line threads up before they start counting.
   void wait_until(std::function<bool()> ready);
+  // Test-only: sends message `type` with `payload` from this thread's node to `dst`, as a
+  // request (its reply is dropped) or one-way: a peer's bad input with a valid header.
+  void inject(uint32_t dst, comm::MsgType type, std::span<const std::byte> payload,
+              bool request = false);
+  // The page of the shared region that holds `addr` (as its nodes number pages).
+  uint64_t page_of(uint64_t addr) const;
 
  private:
   friend class Simulation;

@@ -125,8 +125,9 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
   int64_t t0 = comm::now_ns();
   comm::NodeId mgr = manager_of(id, nodes_);
   if (mgr == me_) {
-    Status s = on_arrive(me_, comm::ReplyTo{}, payload);
-    LOOM_CHECK(s.is_ok(), "barrier {:#x}: {}", id, s.to_string());
+    // note: this node's own arrival, checked against what the others' arrivals set (their count
+    // and episode): a mismatch stops the job from here, naming both sides.
+    if (Status s = on_arrive(me_, comm::ReplyTo{}, payload); !s) comm_.fail_job(s);
     serve_solicited(id, episode);
   } else {
     comm::Comm::Request req;
@@ -143,11 +144,17 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
     LOOM_CHECK(s.is_ok(), "barrier {:#x}: sending the arrival to node {}: {}", id, mgr,
                s.to_string());
     const Status& r = comm_.wait(req.done);
-    LOOM_CHECK(r.is_ok(), "barrier {:#x}: waiting for node {}: {}", id, mgr, r.to_string());
+    if (!r)
+      comm_.fail_job(Status(r.code(), fmt::format("barrier {:#x}: waiting for node {}: {}", id, mgr,
+                                                  r.message())),
+                     mgr);
     // The release, or nothing if another arrival of this node got it (it wakes us).
     if (req.reply.size() != 0) {
       Status rs = on_release(mgr, req.reply.span());
-      LOOM_CHECK(rs.is_ok(), "barrier {:#x}: release from node {}: {}", id, mgr, rs.to_string());
+      if (!rs)
+        comm_.fail_bad_reply(
+            mgr, msg::kBarrierArrive,
+            Status(rs.code(), fmt::format("barrier {:#x}: release: {}", id, rs.message())));
     }
   }
   const Status& s = comm_.wait(w.done);
@@ -212,6 +219,8 @@ void BarrierService::serve_solicited(uint64_t id, uint64_t episode) {
     Solicited* outstanding = nullptr;
     comm::NodeId from = 0;
     comm::Buffer arrival;
+    bool took = false;  // `arrival` is a solicited arrival (an empty one is malformed)
+    Status failed;
     {
       MutexLock l(mgr_mu_);
       Managed& m = managed_[id];
@@ -223,26 +232,38 @@ void BarrierService::serve_solicited(uint64_t id, uint64_t episode) {
         if (s == nullptr || s->taken) continue;
         if (s->req.done.done()) {
           const Status& st = s->req.done.status();
-          LOOM_CHECK(st.is_ok(), "barrier {:#x}: node {}'s arrival: {}", id, n, st.to_string());
+          if (!st) {
+            // note: mgr_mu_ is released first (fail_job does not return; the fatal path must
+            // not find it held).
+            failed = Status(st.code(), fmt::format("barrier {:#x}: node {}'s arrival: {}", id, n,
+                                                   st.message()));
+            from = n;
+            break;
+          }
           s->taken = true;
+          took = true;
           from = n;
           arrival = std::move(s->req.reply);
           break;
         }
         outstanding = s;
       }
-      if (arrival.size() == 0 && outstanding == nullptr) return;  // the rest come as requests
+      const bool waits = failed.is_ok() && !took;
+      if (waits && outstanding == nullptr) return;  // the rest come as requests
       // note: only the serving thread takes solicitations, and the episode cannot end before
       // `outstanding` is taken, so it stays alive while this thread waits for it.
-      if (arrival.size() == 0) m.serving = true;
+      if (waits) m.serving = true;
     }
-    if (arrival.size() != 0) {
-      Status s = on_arrive(from, comm::ReplyTo{}, arrival.span());
-      LOOM_CHECK(s.is_ok(), "barrier {:#x}: bad arrival from node {}: {}", id, from, s.to_string());
+    if (!failed.is_ok()) comm_.fail_job(failed, from);
+    if (took) {
+      // A solicited arrival is node `from`'s reply to this node's solicitation.
+      if (Status s = on_arrive(from, comm::ReplyTo{}, arrival.span()); !s)
+        comm_.fail_bad_reply(from, msg::kBarrierArrive, s);
       continue;
     }
     const Status& st = comm_.wait(outstanding->req.done);
-    LOOM_CHECK(st.is_ok(), "barrier {:#x}: waiting for an arrival: {}", id, st.to_string());
+    // note: the wait ends when the arrival came (taken above) or failed (reported above).
+    (void)st;
     MutexLock l(mgr_mu_);
     managed_[id].serving = false;
   }
@@ -253,11 +274,17 @@ Status BarrierService::on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
   ByteReader r(payload);
   uint64_t answer_to, id, episode;
   uint32_t count, flags;
-  if (!r.u64(&answer_to) || !r.u64(&id) || !has_tag(id, kBarrierTag) || !r.u32(&count) ||
-      !r.u32(&flags) || !r.u64(&episode) || (flags & ~kFlagCollect) != 0)
-    return Status::malformed("barrier arrival: bad header");
+  if (!r.u64(&answer_to) || !r.u64(&id) || !r.u32(&count) || !r.u32(&flags) || !r.u64(&episode))
+    return Status::malformed("barrier arrival: truncated");
+  if (!has_tag(id, kBarrierTag) || (flags & ~kFlagCollect) != 0)
+    return Status::malformed(fmt::format("barrier arrival: id {:#x}, flags {:#x}", id, flags));
   if (manager_of(id, nodes_) != me_)
-    return Status::malformed("barrier arrival sent to a non-manager");
+    return Status::malformed(
+        fmt::format("barrier {:#x}: an arrival at node {}, not its manager", id, me_));
+  if (count < nodes_)
+    return Status::malformed(
+        fmt::format("barrier {:#x}: node {} arrived for {} arrivals, fewer than the {} nodes", id,
+                    src, count, nodes_));
   // A request is answered as such; a solicited arrival names the request to answer.
   comm::ReplyTo to = reply;
   if (reply.valid() || src == me_) {
@@ -284,21 +311,40 @@ Status BarrierService::on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
   {
     MutexLock l(mgr_mu_);
     Managed& m = managed_[id];
+    // note: every check of this arrival against the episode's (the count the first arrival set,
+    // the episode, whether it completes the episode with every node) comes before any change:
+    // a refused arrival leaves the episode as it was. The one that breaks the rule is named
+    // (`src`); a program whose threads use one barrier with different counts, or arrive again
+    // before their node got the release, breaks it too.
+    if (m.arrived > 0 && count != m.count)
+      return Status::malformed(fmt::format(
+          "barrier {:#x}: node {} arrived for {} arrivals, node {} for {}; every use of a barrier "
+          "must give the same count",
+          id, src, count, m.count_from, m.count));
+    if (episode != m.episode)
+      return Status::malformed(fmt::format(
+          "barrier {:#x}: node {} arrived for episode {} during {}", id, src, episode, m.episode));
+    if (m.arrived + 1 == count) {
+      uint32_t arrived_nodes =
+          m.arrived == 0 ? 0
+                         : static_cast<uint32_t>(std::count(m.from.begin(), m.from.end(), true));
+      if (m.arrived == 0 || !m.from[src]) ++arrived_nodes;
+      if (arrived_nodes != nodes_)
+        return Status::invalid_argument(fmt::format(
+            "barrier {:#x}: an episode of {} arrivals completed with threads of only {} of the {} "
+            "nodes; Loom barriers need at least one thread of every node in each episode",
+            id, count, arrived_nodes, nodes_));
+    }
     if (m.solicited.empty()) m.solicited.resize(nodes_);
     if (m.arrived == 0) {
       m.count = count;
+      m.count_from = src;
       m.from.assign(nodes_, false);
       m.max_vt.assign(nodes_, 0);
       m.collect = false;
       m.min_validated = *validated;
       m.mail.assign(nodes_, {});
     }
-    if (count != m.count)
-      log::die(3, fmt::format("barrier {:#x}: node {} waits for {} arrivals, others for {}; every "
-                              "use of a barrier must give the same count",
-                              id, src, count, m.count));
-    LOOM_CHECK(episode == m.episode, "barrier {:#x}: node {} arrived for episode {} during {}", id,
-               src, episode, m.episode);
     ++m.arrived;
     m.from[src] = true;
     for (uint32_t w = 0; w < nodes_; ++w) {
@@ -313,14 +359,6 @@ Status BarrierService::on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
       m.records.try_emplace(key, std::move(rec));
     }
     if (m.arrived < m.count) return Status::ok();
-
-    const auto arrived_nodes =
-        static_cast<uint32_t>(std::count(m.from.begin(), m.from.end(), true));
-    if (arrived_nodes != nodes_)
-      log::die(3, fmt::format("barrier {:#x}: an episode of {} arrivals completed with threads of "
-                              "only {} of the {} nodes; Loom barriers need at least one thread of "
-                              "every node in each episode",
-                              id, m.count, arrived_nodes, nodes_));
     local = m.from[me_];
     replies.swap(m.replies);
     ByteWriter w(&release);
@@ -377,8 +415,11 @@ Status BarrierService::on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
                s.to_string());
   }
   if (local) {
-    Status s = on_release(me_, release_for(me_));
-    LOOM_CHECK(s.is_ok(), "barrier {:#x}: {}", id, s.to_string());
+    // note: the release is this node's, but what it stores (the notices and mail of every
+    // arrival) came from the others: a failure is that of the arrival that completed the episode
+    // (its sender is named), the episode's other arrivals having been taken as they came.
+    if (Status s = on_release(me_, release_for(me_)); !s)
+      return Status(s.code(), fmt::format("barrier {:#x}: release: {}", id, s.message()));
   }
   return Status::ok();
 }

@@ -107,6 +107,7 @@ class BarrierService {
   struct Managed {
     uint64_t episode = 0;
     uint32_t count = 0;
+    comm::NodeId count_from = 0;  // the node whose arrival set `count` (the episode's first)
     uint32_t arrived = 0;
     std::vector<bool> from;              // nodes that arrived
     std::vector<comm::ReplyTo> replies;  // the remote arrivals, answered at the release

@@ -75,10 +75,15 @@ Status LockService::register_messages() {
   auto parse_req = [this](comm::Incoming& in, uint64_t* id, uint32_t* requester,
                           VectorTime* vt) -> Status {
     ByteReader r(in.payload());
-    if (!r.u64(id) || !has_tag(*id, kLockTag) || !r.u32(requester) || *requester >= nodes_)
-      return Status::malformed("lock request: bad header");
+    if (!r.u64(id) || !r.u32(requester)) return Status::malformed("truncated");
+    if (!has_tag(*id, kLockTag)) return Status::malformed(fmt::format("{:#x} is no lock", *id));
+    if (*requester >= nodes_)
+      return Status::malformed(
+          fmt::format("lock {:#x}: requester {} in a {}-node job", *id, *requester, nodes_));
     Result<VectorTime> v = protocols::hlrc::read_vt(r, nodes_);
     if (!v) return v.status();
+    if (r.left() != 0)
+      return Status::malformed(fmt::format("lock {:#x}: {} trailing bytes", *id, r.left()));
     *vt = std::move(*v);
     return Status::ok();
   };
@@ -99,9 +104,12 @@ Status LockService::register_messages() {
         VectorTime vt;
         if (Status st = parse_req(in, &id, &who, &vt); !st) return st;
         if (manager_of(id, nodes_) != me_)
-          return Status::malformed("lock request sent to a non-manager");
-        on_request(id, who, std::move(vt));
-        return Status::ok();
+          return Status::malformed(
+              fmt::format("lock {:#x}: a request to node {}, not its manager", id, me_));
+        if (who != in.src())
+          return Status::malformed(
+              fmt::format("lock {:#x}: node {} asks for node {}", id, in.src(), who));
+        return on_request(id, who, std::move(vt));
       },
       print_req);
   if (!s) return s;
@@ -112,8 +120,11 @@ Status LockService::register_messages() {
         uint32_t who;
         VectorTime vt;
         if (Status st = parse_req(in, &id, &who, &vt); !st) return st;
-        on_forward(id, who, std::move(vt));
-        return Status::ok();
+        if (in.src() != manager_of(id, nodes_) || who == me_)
+          return Status::malformed(fmt::format(
+              "lock {:#x}: a forward of node {}'s request from node {} (the manager is node {})",
+              id, who, in.src(), manager_of(id, nodes_)));
+        return on_forward(id, who, std::move(vt));
       },
       print_req);
   if (!s) return s;
@@ -380,7 +391,9 @@ void LockService::send_request(uint64_t id) {
   VectorTime vt = consistency_.vector_time();
   comm::NodeId mgr = manager_of(id, nodes_);
   if (mgr == me_) {
-    on_request(id, me_, std::move(vt));
+    // note: this node asks only while it has no token and has not asked (lock(), unlock()).
+    Status s = on_request(id, me_, std::move(vt));
+    LOOM_CHECK(s.is_ok(), "lock {:#x}: {}", id, s.to_string());
     return;
   }
   send_queue_msg(mgr, msg::kLockRequest, id, me_, vt);
@@ -399,30 +412,40 @@ void LockService::send_queue_msg(comm::NodeId dst, comm::MsgType type, uint64_t 
              id, dst, s.to_string());
 }
 
-void LockService::on_request(uint64_t id, comm::NodeId requester, VectorTime vt) {
+Status LockService::on_request(uint64_t id, comm::NodeId requester, VectorTime vt) {
   comm::NodeId prev;
   {
     MutexLock l(mu_);
     ensure_managed(id);
     prev = tails_[id];
+    // note: the tail asks again only if it asked twice (a node asks while it has neither the
+    // token nor a request on its way), so the request is refused before the queue changes.
+    if (prev == requester)
+      return Status::malformed(
+          fmt::format("lock {:#x}: node {} asked twice for the token", id, requester));
     tails_[id] = requester;
   }
-  LOOM_CHECK(prev != requester, "lock {:#x}: node {} asked twice for the token", id, requester);
   if (prev == me_) {
-    on_forward(id, requester, std::move(vt));
-    return;
+    // note: a forward to this node, which handled every earlier one: a second successor here
+    // would be this node's own inconsistency.
+    Status s = on_forward(id, requester, std::move(vt));
+    LOOM_CHECK(s.is_ok(), "lock {:#x}: {}", id, s.to_string());
+    return Status::ok();
   }
   send_queue_msg(prev, msg::kLockForward, id, requester, vt);
+  return Status::ok();
 }
 
-void LockService::on_forward(uint64_t id, comm::NodeId requester, VectorTime vt) {
+Status LockService::on_forward(uint64_t id, comm::NodeId requester, VectorTime vt) {
   Grant grant;
   bool release = false;
   {
     MutexLock l(mu_);
     NodeLock& nl = node_lock(id);
-    LOOM_CHECK(!nl.has_successor, "lock {:#x}: node {} got a second successor ({} after {})", id,
-               me_, requester, nl.successor);
+    if (nl.has_successor)
+      return Status::malformed(
+          fmt::format("lock {:#x}: node {} got a second successor ({} after {})", id, me_,
+                      requester, nl.successor));
     nl.has_successor = true;
     nl.successor = requester;
     nl.successor_vt = std::move(vt);
@@ -436,6 +459,7 @@ void LockService::on_forward(uint64_t id, comm::NodeId requester, VectorTime vt)
   // more).
   if (release && consistency_.try_release_from_handler())
     counters_.handler_releases.fetch_add(1, std::memory_order_relaxed);
+  return Status::ok();
 }
 
 Status LockService::on_grant(comm::Incoming& in) {

@@ -149,8 +149,12 @@ class LockService {
   void send_request(uint64_t id);
   void send_queue_msg(comm::NodeId dst, comm::MsgType type, uint64_t id, comm::NodeId requester,
                       const protocols::VectorTime& vt);
-  void on_request(uint64_t id, comm::NodeId requester, protocols::VectorTime vt);
-  void on_forward(uint64_t id, comm::NodeId requester, protocols::VectorTime vt);
+  // The manager: `requester` asks for the token. kMalformed if it is the queue's tail already
+  // (it asked twice); nothing changes then.
+  Status on_request(uint64_t id, comm::NodeId requester, protocols::VectorTime vt);
+  // The queue's previous tail: `requester` is its successor. kMalformed if it has one already;
+  // nothing changes then.
+  Status on_forward(uint64_t id, comm::NodeId requester, protocols::VectorTime vt);
   Status on_grant(comm::Incoming& in);
   Grant make_grant(uint64_t id, NodeLock& nl) REQUIRES(mu_);
   void send_grant(Grant g);

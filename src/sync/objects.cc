@@ -69,15 +69,15 @@ std::vector<std::byte> copy_of(std::span<const std::byte> b) { return {b.begin()
 
 // --- Built-in classes ---------------------------------------------------------------------------
 
+// Reads a built-in operation's argument: false, with the call rejected, if it is not one T.
 template <typename T>
-T read_value(std::span<const std::byte> b) {
-  T v{};
-  LOOM_CHECK(b.size() == sizeof(T),
-             "built-in synchronization object: argument of {} bytes, "
-             "expected {}",
-             b.size(), sizeof(T));
-  std::memcpy(&v, b.data(), sizeof(T));
-  return v;
+bool read_value(std::span<const std::byte> b, T* v, Call& call) {
+  if (b.size() != sizeof(T)) {
+    call.reject(fmt::format("an argument of {} bytes, expected {}", b.size(), sizeof(T)));
+    return false;
+  }
+  std::memcpy(v, b.data(), sizeof(T));
+  return true;
 }
 template <typename T>
 std::span<const std::byte> bytes_of(const T& v) {
@@ -130,7 +130,11 @@ struct Condition {
       call.reply({});
       return;
     }
-    LOOM_CHECK(t < next_ticket, "condition: await of ticket {}, never handed out", t);
+    if (t >= next_ticket || parked.contains(t)) {
+      call.reject(fmt::format("condition: await of ticket {}, {}", t,
+                              t >= next_ticket ? "never handed out" : "awaited already"));
+      return;
+    }
     parked.emplace(t, call.defer());
   }
   void wake(Call& call, bool all) {
@@ -160,13 +164,12 @@ struct Buffer {
   std::deque<std::pair<PendingId, std::vector<std::byte>>> putters;  // waiting, with their items
   std::deque<PendingId> getters;                                     // waiting
 
-  void check(std::span<const std::byte> item) const {
-    LOOM_CHECK(item.size() == item_size,
-               "buffer: an item of {} bytes, the buffer holds {}-byte items", item.size(),
-               item_size);
-  }
   void put(std::span<const std::byte> item, Call& call) {
-    check(item);
+    if (item.size() != item_size) {
+      call.reject(fmt::format("buffer: an item of {} bytes, the buffer holds {}-byte items",
+                              item.size(), item_size));
+      return;
+    }
     if (!getters.empty()) {
       call.reply({});
       call.reply_to(getters.front(), item);
@@ -193,20 +196,34 @@ struct Buffer {
   }
 };
 
+// The creation bytes a built-in class takes (checked before its make runs: ObjectService::
+// install); any for other classes.
+Status check_builtin_init(uint32_t cls, std::span<const std::byte> init) {
+  if (cls == kSemaphoreClass && !init.empty() && init.size() != sizeof(int64_t))
+    return Status::malformed(
+        fmt::format("semaphore: creation bytes {}, expected 0 or 8", init.size()));
+  if (cls == kBufferClass && init.size() != 2 * sizeof(uint32_t))
+    return Status::malformed(fmt::format("buffer: creation bytes {}, expected 8", init.size()));
+  return Status::ok();
+}
+
 void add_builtins(std::deque<ClassDef>& list) {
   list.push_back({"loom.semaphore",
                   [](std::span<const std::byte> init) -> void* {
                     auto* s = new Semaphore();
-                    if (!init.empty()) s->count = read_value<int64_t>(init);
+                    // note: its size was checked (check_builtin_init).
+                    if (!init.empty()) std::memcpy(&s->count, init.data(), sizeof s->count);
                     return s;
                   },
                   [](void* state) { delete static_cast<Semaphore*>(state); },
                   {{"P", Attr::kAcquire,
                     [](void* st, std::span<const std::byte> arg, Call& call) {
-                      static_cast<Semaphore*>(st)->p(read_value<int64_t>(arg), call);
+                      int64_t k;
+                      if (read_value(arg, &k, call)) static_cast<Semaphore*>(st)->p(k, call);
                     }},
                    {"V", Attr::kRelease, [](void* st, std::span<const std::byte> arg, Call& call) {
-                      static_cast<Semaphore*>(st)->v(read_value<int64_t>(arg), call);
+                      int64_t k;
+                      if (read_value(arg, &k, call)) static_cast<Semaphore*>(st)->v(k, call);
                     }}}});
   list.push_back(
       {"loom.condition",
@@ -218,7 +235,8 @@ void add_builtins(std::deque<ClassDef>& list) {
          }},
         {"await", Attr::kAcquire,
          [](void* st, std::span<const std::byte> arg, Call& call) {
-           static_cast<Condition*>(st)->await(read_value<uint64_t>(arg), call);
+           uint64_t t;
+           if (read_value(arg, &t, call)) static_cast<Condition*>(st)->await(t, call);
          }},
         {"signal", Attr::kRelease,
          [](void* st, std::span<const std::byte>, Call& call) {
@@ -230,8 +248,7 @@ void add_builtins(std::deque<ClassDef>& list) {
   list.push_back({"loom.buffer",
                   [](std::span<const std::byte> init) -> void* {
                     uint32_t sizes[2] = {0, 0};  // item size, capacity
-                    LOOM_CHECK(init.size() == sizeof sizes, "buffer: creation bytes {}",
-                               init.size());
+                    // note: its size was checked (check_builtin_init).
                     std::memcpy(sizes, init.data(), sizeof sizes);
                     auto* b = new Buffer();
                     b->item_size = sizes[0];
@@ -298,6 +315,14 @@ void Call::reply(std::span<const std::byte> result) NO_THREAD_SAFETY_ANALYSIS {
              classes()[object_.cls].name);
   answered_ = true;
   service_.answer(object_, self_, result, out_);
+}
+
+void Call::reject(std::string why) {
+  LOOM_CHECK(!answered_, "synchronization class {}: an operation rejected an answered call ({})",
+             classes()[object_.cls].name, why);
+  answered_ = true;
+  rejected_ =
+      Status::malformed(fmt::format("operation of class {}: {}", classes()[object_.cls].name, why));
 }
 
 PendingId Call::defer() NO_THREAD_SAFETY_ANALYSIS {
@@ -390,8 +415,12 @@ ObjectRef ObjectService::create(uint32_t cls, comm::NodeId home, std::span<const
   w.u32(static_cast<uint32_t>(init.size()));
   w.bytes(init);
   Result<comm::Buffer> r = comm_.call(home, msg::kObjectCreate, payload);
-  LOOM_CHECK(r.is_ok(), "creating a synchronization object of class {} at node {}: {}",
-             classes()[cls].name, home, r.status().to_string());
+  if (!r)
+    comm_.fail_job(
+        Status(r.status().code(),
+               fmt::format("creating a synchronization object of class {} at node {}: {}",
+                           classes()[cls].name, home, r.status().message())),
+        home);
   return ref;
 }
 
@@ -400,17 +429,18 @@ Status ObjectService::on_create(comm::Incoming& in) {
   uint64_t id;
   uint32_t cls, sig, len;
   std::span<const std::byte> init;
-  if (!r.u64(&id) || !has_tag(id, kObjectTag) || !r.u32(&cls) || !r.u32(&sig) || !r.u32(&len) ||
-      !r.bytes(len, &init) || r.left() != 0)
+  if (!r.u64(&id) || !r.u32(&cls) || !r.u32(&sig) || !r.u32(&len) || !r.bytes(len, &init) ||
+      r.left() != 0)
     return Status::malformed("object.create: bad format");
+  if (!has_tag(id, kObjectTag))
+    return Status::malformed(fmt::format("object.create: {:#x} is no object id", id));
+  if (!in.reply_to().valid()) return Status::malformed("object.create: not a request");
   if (cls >= num_classes() || signature(classes()[cls]) != sig) {
-    return comm_.reply_error(
-        in.reply_to(),
-        Status::invalid_argument(fmt::format(
-            "node {} registers synchronization class {} differently (a class with other "
-            "operations, or registered in another order): every node must register the same "
-            "classes and operations in the same order",
-            me_, cls)));
+    return Status::invalid_argument(fmt::format(
+        "node {} registers synchronization class {} differently (a class with other operations, "
+        "or registered in another order): every node must register the same classes and "
+        "operations in the same order",
+        me_, cls));
   }
   if (Status s = install(id, cls, init); !s) return s;
   return comm_.reply(in.reply_to(), std::span<const std::byte>());
@@ -423,6 +453,8 @@ Status ObjectService::install(uint64_t id, uint32_t cls, std::span<const std::by
     MutexLock ol(o->mu);
     o->view.assign(nodes_, 0);
   }
+  if (Status s = check_builtin_init(cls, init); !s)
+    return Status(s.code(), fmt::format("object {:#x}: {}", id, s.message()));
   MutexLock l(mu_);
   if (objects_.contains(id))
     return Status::malformed(fmt::format("object.create: object {:#x} exists already", id));
@@ -437,8 +469,11 @@ void ObjectService::destroy(const ObjectRef& obj) {
     ByteWriter w(&payload);
     w.u64(obj.id);
     Result<comm::Buffer> r = comm_.call(obj.home, msg::kObjectDestroy, payload);
-    LOOM_CHECK(r.is_ok(), "destroying synchronization object {:#x} at node {}: {}", obj.id,
-               obj.home, r.status().to_string());
+    if (!r)
+      comm_.fail_job(Status(r.status().code(),
+                            fmt::format("destroying synchronization object {:#x} at node {}: {}",
+                                        obj.id, obj.home, r.status().message())),
+                     obj.home);
     return;
   }
   std::unique_ptr<Object> o;
@@ -476,10 +511,10 @@ Status ObjectService::on_destroy(comm::Incoming& in) {
   uint64_t id;
   if (!r.u64(&id) || !has_tag(id, kObjectTag) || r.left() != 0)
     return Status::malformed("object.destroy: bad format");
+  if (!in.reply_to().valid()) return Status::malformed("object.destroy: not a request");
   if (find(id) == nullptr)
-    return comm_.reply_error(
-        in.reply_to(), Status::not_found(fmt::format(
-                           "synchronization object {:#x}: no such object at node {}", id, me_)));
+    return Status::not_found(
+        fmt::format("synchronization object {:#x}: no such object at node {}", id, me_));
   uint32_t cls;
   {
     MutexLock l(mu_);
@@ -513,7 +548,11 @@ std::vector<std::byte> ObjectService::call(const ObjectRef& obj, uint32_t op,
     w.attr = attr;
     w.caller_vt = consistency_.vector_time();
     Outbox out;
-    run(*o, obj.id, op, arg, std::move(w), me_, out);
+    // note: a rejected argument is this node's program's (the local caller's): the job stops
+    // from here.
+    if (Status s = run(*o, obj.id, op, arg, std::move(w), me_, out); !s)
+      comm_.fail_job(
+          Status(s.code(), fmt::format("synchronization object {:#x}: {}", obj.id, s.message())));
     flush(out);
     const Status& s = comm_.wait(lw.done);
     LOOM_CHECK(s.is_ok(), "calling operation {} of synchronization object {:#x}: {}", op, obj.id,
@@ -541,18 +580,25 @@ std::vector<std::byte> ObjectService::call(const ObjectRef& obj, uint32_t op,
     w.u32(static_cast<uint32_t>(arg.size()));
     w.bytes(arg);
     Result<comm::Buffer> r = comm_.call(obj.home, msg::kObjectCall, payload);
-    LOOM_CHECK(r.is_ok(), "calling operation {} of synchronization object {:#x} at node {}: {}", op,
-               obj.id, obj.home, r.status().to_string());
+    // note: an error reply: the object was destroyed while this call waited (the program's
+    // doing, at the home).
+    if (!r)
+      comm_.fail_job(Status(r.status().code(),
+                            fmt::format("calling operation {} of synchronization object {:#x} at "
+                                        "node {}: {}",
+                                        op, obj.id, obj.home, r.status().message())),
+                     obj.home);
     ByteReader in(r->span());
     Result<VectorTime> home_vt = protocols::hlrc::read_vt(in, nodes_);
-    LOOM_CHECK(home_vt.is_ok(), "reply of synchronization object {:#x}: {}", obj.id,
-               home_vt.status().to_string());
-    Status stored = consistency_.store_notices(in);
+    Status stored = home_vt ? consistency_.store_notices(in) : home_vt.status();
     uint32_t len = 0;
     std::span<const std::byte> bytes;
-    LOOM_CHECK(stored.is_ok() && in.u32(&len) && in.bytes(len, &bytes) && in.left() == 0,
-               "malformed reply of synchronization object {:#x} from node {}: {}", obj.id, obj.home,
-               stored.is_ok() ? "bad result length" : stored.to_string());
+    if (stored.is_ok() && (!in.u32(&len) || !in.bytes(len, &bytes) || in.left() != 0))
+      stored = Status::malformed(fmt::format("a result of {} bytes in {} left", len, in.left()));
+    if (!stored)
+      comm_.fail_bad_reply(obj.home, msg::kObjectCall,
+                           Status(stored.code(), fmt::format("synchronization object {:#x}: {}",
+                                                             obj.id, stored.message())));
     result = copy_of(bytes);
     MutexLock l(mu_);
     merge(home_vt_[obj.home], *home_vt);
@@ -569,6 +615,7 @@ Status ObjectService::on_call(comm::Incoming& in) {
   if (!r.u64(&id) || !has_tag(id, kObjectTag) || !r.u32(&cls) || !r.u32(&op) ||
       !r.u32(&attr_bits) || attr_bits > static_cast<uint32_t>(Attr::kAcquireRelease))
     return Status::malformed("object.call: bad header");
+  if (!in.reply_to().valid()) return Status::malformed("object.call: not a request");
   Result<VectorTime> vt = protocols::hlrc::read_vt(r, nodes_);
   if (!vt) return vt.status();
   // Store the caller's notices before anything can read the object's view.
@@ -579,28 +626,28 @@ Status ObjectService::on_call(comm::Incoming& in) {
     return Status::malformed("object.call: bad argument length");
   Object* o = find(id);
   const auto attr = static_cast<Attr>(attr_bits);
-  if (o == nullptr || o->cls != cls || op >= classes()[cls].ops.size() ||
-      classes()[cls].ops[op].attr != attr) {
-    return comm_.reply_error(
-        in.reply_to(),
-        Status::not_found(
-            o == nullptr
-                ? fmt::format("no such object at node {} (destroyed, or never created)", me_)
-                : fmt::format("node {} has no operation {} with attribute {} in class {}", me_, op,
-                              attr_name(attr), cls)));
-  }
+  if (o == nullptr)
+    return Status::not_found(fmt::format(
+        "synchronization object {:#x}: no such object at node {} (destroyed, or never created)", id,
+        me_));
+  if (o->cls != cls || op >= classes()[cls].ops.size() || classes()[cls].ops[op].attr != attr)
+    return Status::malformed(fmt::format(
+        "synchronization object {:#x} (class {}): a call of operation {} with attribute {} of "
+        "class {}, which node {} does not have",
+        id, o->cls, op, attr_name(attr), cls, me_));
   Waiting w;
   w.to = in.reply_to();
   w.attr = attr;
   w.caller_vt = std::move(*vt);
   Outbox out;
-  run(*o, id, op, arg, std::move(w), in.src(), out);
+  Status s = run(*o, id, op, arg, std::move(w), in.src(), out);
   flush(out);
+  if (!s) return Status(s.code(), fmt::format("synchronization object {:#x}: {}", id, s.message()));
   return Status::ok();
 }
 
-void ObjectService::run(Object& o, uint64_t id, uint32_t op, std::span<const std::byte> arg,
-                        Waiting w, comm::NodeId caller, Outbox& out) {
+Status ObjectService::run(Object& o, uint64_t id, uint32_t op, std::span<const std::byte> arg,
+                          Waiting w, comm::NodeId caller, Outbox& out) {
   const ClassDef& c = classes()[o.cls];
   MutexLock l(o.mu);
   if (w.attr == Attr::kRelease || w.attr == Attr::kReleaseAcquire) merge(o.view, w.caller_vt);
@@ -611,6 +658,7 @@ void ObjectService::run(Object& o, uint64_t id, uint32_t op, std::span<const std
              "synchronization object {:#x}: operation {} of class {} returned without replying "
              "or deferring its call",
              id, c.ops[op].name, c.name);
+  return call.rejected_;
 }
 
 void ObjectService::answer(Object& o, const Waiting& w, std::span<const std::byte> result,

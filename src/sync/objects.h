@@ -33,9 +33,11 @@
 //   kObjectCall: u64 id, u32 class, u32 op, u32 attr, vector time (caller), record set
 //     (releasing calls; else u32 0), u32 arg_len, arg bytes
 //     -> vector time (home), record set (acquiring calls; else u32 0), u32 result_len, result
-//   A call on an object the home does not have, or whose class or operation does not match the
-//   home's registration, is answered with an error that stops the caller with a message naming
-//   the object.
+//   A create whose class the home registers differently, a call or destroy naming an object the
+//   home does not have, a call whose class, operation or attribute does not match the home's
+//   registration, or an argument its operation rejects (Call::reject) is the caller's bad
+//   message: the home's handler fails with it, which stops the job naming the caller and the
+//   message (docs/comm.md, "Malformed peer input"). The caller is not answered.
 //
 // Thread safety: register_class/add_operation before the objects are used, from one thread at a
 // time (static initialization). ObjectService: create/destroy/call from application threads (they
@@ -167,6 +169,10 @@ class Call {
   // Answers a caller deferred earlier by an operation of this object. A pending id that is not
   // waiting (answered already, or never deferred) stops the node with a message.
   void reply_to(PendingId pending, std::span<const std::byte> result);
+  // Refuses the call's argument (its size or value is not one the operation takes): the call is
+  // not answered and the job stops, naming `why`. A remote caller's call is its bad message
+  // (docs/comm.md, "Malformed peer input"); a local one stops the job from the calling thread.
+  void reject(std::string why);
   // The node that called.
   comm::NodeId caller() const { return caller_; }
 
@@ -179,7 +185,8 @@ class Call {
   Waiting self_;
   comm::NodeId caller_;
   Outbox& out_;
-  bool answered_ = false;  // replied or deferred
+  bool answered_ = false;  // replied, deferred or rejected
+  Status rejected_;        // reject()'s reason
 };
 
 struct ObjectCounters {
@@ -218,12 +225,13 @@ class ObjectService {
   Status on_destroy(comm::Incoming& in);
   Status on_call(comm::Incoming& in);
   Object* find(uint64_t id) const;
-  // Builds object `id` of class `cls` here; kMalformed if it exists already.
+  // Builds object `id` of class `cls` here; kMalformed if it exists already, or if `init` is not
+  // what a built-in class is made from.
   Status install(uint64_t id, uint32_t cls, std::span<const std::byte> init);
   // Runs operation `op` for `w` on `o` (releasing callers' views merged first); the replies go
-  // to `out`.
-  void run(Object& o, uint64_t id, uint32_t op, std::span<const std::byte> arg, Waiting w,
-           comm::NodeId caller, Outbox& out);
+  // to `out`. The operation's rejection of the argument (Call::reject), if any.
+  Status run(Object& o, uint64_t id, uint32_t op, std::span<const std::byte> arg, Waiting w,
+             comm::NodeId caller, Outbox& out);
   // Queues the answer of `w` (with the notices its attribute asks for), then merges an
   // acquire_release caller's view.
   void answer(Object& o, const Waiting& w, std::span<const std::byte> result, Outbox& out)

@@ -281,6 +281,40 @@ TEST(CommLoopback, HandlerRejectingPayloadIsFatal) {
   EXPECT_NE(f.find("node 0"), std::string::npos) << f;
 }
 
+// A handler's error keeps its code, and the sender is the culprit (docs/comm.md, "Malformed peer
+// input").
+TEST(CommLoopback, HandlerErrorKeepsItsCodeAndNamesTheSender) {
+  Cluster cl(2);
+  ASSERT_TRUE(cl.comms[1]
+                  ->registry()
+                  .add(kBad, "lookup",
+                       [](Incoming&) { return Status::not_found("object 7: no such object"); })
+                  .is_ok());
+  ASSERT_TRUE(cl.comms[0]->send(1, kBad, bytes_of("7")).is_ok());
+  cl.pump();
+  EXPECT_EQ(cl.fatal_of(1),
+            "not found: bad 'lookup' message from node 0: not found: object 7: no such object");
+  EXPECT_EQ(cl.comms[1]->culprit(), 0u);
+}
+
+// A reply that fails validation where it is parsed (here a callback on the dispatcher) is
+// reported as the dispatcher reports a handler's error, naming the replier and the type.
+TEST(CommLoopback, BadReplyIsReportedNamingTheReplierAndTheType) {
+  Cluster cl(2);
+  add_echo(*cl.comms[0]);  // every node registers every type (its name, in the report)
+  add_echo(*cl.comms[1]);
+  Comm& c0 = *cl.comms[0];
+  ASSERT_TRUE(c0.start_request(1, kEcho, bytes_of("x"), [&c0](Status s, Buffer reply) {
+                  EXPECT_TRUE(s.is_ok());
+                  c0.report_bad_input(1, kEcho, /*reply=*/true,
+                                      Status::malformed("echo of " + string_of(reply.span())));
+                }).is_ok());
+  cl.pump();
+  EXPECT_EQ(cl.fatal_of(0), "malformed: bad 'echo' reply from node 1: malformed: echo of echo:x");
+  EXPECT_EQ(c0.culprit(), 1u);
+  EXPECT_TRUE(cl.fatal_of(1).empty());
+}
+
 TEST(CommLoopback, MessageFromAnotherJobIsRefusedNotFatal) {
   LoopbackFabric fabric(2);
   CommOptions a, b;

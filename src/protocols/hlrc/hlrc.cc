@@ -59,20 +59,31 @@ struct PageReply {
   uint32_t home = 0, moves = 0;     // kReplyMoved
 };
 
-// Parses the first page's part of a page reply; the extra pages (fetch-ahead) may follow.
-bool parse_page_reply(ByteReader& r, uint32_t nodes, PageReply* out) {
-  if (!r.u32(&out->kind)) return false;
+// Parses the first page's part of a page reply; the extra pages (fetch-ahead) may follow. A
+// reply that fails validation gives kMalformed naming what is wrong.
+Status parse_page_reply(ByteReader& r, uint32_t nodes, PageReply* out) {
+  if (!r.u32(&out->kind)) return Status::malformed("page reply: truncated");
   switch (out->kind) {
     case kReplyMoved:
-      return r.u32(&out->home) && r.u32(&out->moves) && out->home < nodes && out->moves > 0 &&
-             r.left() == 0;
+      if (!r.u32(&out->home) || !r.u32(&out->moves) || r.left() != 0)
+        return Status::malformed("page reply: a redirect of the wrong length");
+      if (out->home >= nodes || out->moves == 0)
+        return Status::malformed(
+            fmt::format("page reply: a redirect to node {} (move {}) in a "
+                        "{}-node job",
+                        out->home, out->moves, nodes));
+      return Status::ok();
     case kReplyZero:
       out->data = {kZeroPage, kPageBytes};
-      return read_version(r, nodes, &out->stamp).is_ok();
+      return read_version(r, nodes, &out->stamp);
     case kReplyPage:
-      return read_version(r, nodes, &out->stamp).is_ok() && r.bytes(kPageBytes, &out->data);
+      if (Status s = read_version(r, nodes, &out->stamp); !s) return s;
+      if (!r.bytes(kPageBytes, &out->data))
+        return Status::malformed(
+            fmt::format("page reply: {} bytes of page data, not {}", r.left(), kPageBytes));
+      return Status::ok();
     default:
-      return false;
+      return Status::malformed(fmt::format("page reply of kind {}", out->kind));
   }
 }
 
@@ -454,12 +465,14 @@ bool Hlrc::fetch(PageId page, bool is_write) {
     const Status& got = sent ? comm_.wait(call.done) : sent;
     counters_.fetch_wait_ns.fetch_add(now() - w0, std::memory_order_relaxed);
     if (!got)
-      log::fatal(
-          fmt::format("fetching page {} from node {} failed: {}", page, home, got.to_string()));
+      comm_.fail_job(Status(got.code(), fmt::format("fetching page {} from node {} failed: {}",
+                                                    page, home, got.message())),
+                     static_cast<comm::NodeId>(home));
     ByteReader r(call.reply.span());
     PageReply rep;
-    if (!parse_page_reply(r, nodes_, &rep))
-      log::fatal(fmt::format("malformed page reply for page {} from node {}", page, home));
+    if (Status s = parse_page_reply(r, nodes_, &rep); !s)
+      comm_.fail_bad_reply(static_cast<comm::NodeId>(home), msg::kPageRequest,
+                           Status(s.code(), fmt::format("page {}: {}", page, s.message())));
     if (rep.kind != kReplyMoved && opts_.causal_fetch) {
       // Causal fetch: the copy holds writes of intervals this node has no notice of (the home
       // applied diffs released after this node's last acquire). A racy reader that follows a
@@ -474,6 +487,7 @@ bool Hlrc::fetch(PageId page, bool is_write) {
       if (unapplied_.load(std::memory_order_acquire)) apply_unapplied();
     }
     bool again = false;
+    Status bad_redirect;
     {
       MutexLock l(table_.lock_of(page));
       if (rep.kind == kReplyMoved) {
@@ -481,14 +495,21 @@ bool Hlrc::fetch(PageId page, bool is_write) {
         // ends at the current one. The redirect may also be older than what this node learned
         // while the request travelled (a hint, or another thread's redirect, told it of a later
         // move, possibly back to the node it asked): then it asks the home it knows now.
-        const uint32_t known_moves = e.home_moves;
-        learn_home(e, rep.home, rep.moves);
-        LOOM_CHECK(
-            e.home != static_cast<int32_t>(me_) && (e.home != home || known_moves > rep.moves),
-            "node {} redirected a request for page {} to node {} (move {}): {}", home, page,
-            rep.home, rep.moves, dump_page(page));
-        counters_.redirects_followed.fetch_add(1, std::memory_order_relaxed);
-        again = true;
+        // note: checked against this node's state before it is learned. A redirect that would
+        // make this node the home (it never accepted the page) or that points back at the node
+        // asked with no later move is that node's inconsistency: its bad reply, and nothing of
+        // it is learned.
+        const int32_t next = rep.moves > e.home_moves ? static_cast<int32_t>(rep.home) : e.home;
+        if (next == static_cast<int32_t>(me_) || (next == home && e.home_moves <= rep.moves)) {
+          bad_redirect = Status::malformed(fmt::format(
+              "page {}: redirected to node {} (move {}), which {}: {}", page, rep.home, rep.moves,
+              next == static_cast<int32_t>(me_) ? "is this node" : "is the node asked",
+              dump_page(page)));
+        } else {
+          learn_home(e, rep.home, rep.moves);
+          counters_.redirects_followed.fetch_add(1, std::memory_order_relaxed);
+          again = true;
+        }
       } else {
         counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
         VersionVec& stamp = rep.stamp;
@@ -532,9 +553,13 @@ bool Hlrc::fetch(PageId page, bool is_write) {
         }
       }
     }
+    if (!bad_redirect.is_ok())
+      comm_.fail_bad_reply(static_cast<comm::NodeId>(home), msg::kPageRequest, bad_redirect);
     // The extra pages (a redirect or a stale reply brings none): installed if still wanted, and
     // released either way; a retry asks for the first page only.
-    install_extras(r, extras, !again);
+    size_t installed;
+    if (Status s = install_extras(r, extras, !again, &installed); !s)
+      comm_.fail_bad_reply(static_cast<comm::NodeId>(home), msg::kPageRequest, s);
     extras.clear();
     if (again) continue;
     counters_.fetch_ns.fetch_add(now() - t0, std::memory_order_relaxed);
@@ -715,11 +740,18 @@ void Hlrc::collect_garbage() {
   for (comm::NodeId n = 0; n < nodes_; ++n) {
     if (n == me_) continue;
     Result<comm::Buffer> reply = comm_.call(n, msg::kVtQuery, {});
-    LOOM_CHECK(reply.is_ok(), "asking node {} for its vector time: {}", n,
-               reply.status().to_string());
+    if (!reply)
+      comm_.fail_job(
+          Status(reply.status().code(), fmt::format("asking node {} for its vector time: {}", n,
+                                                    reply.status().message())),
+          n);
     ByteReader r(reply->span());
     Result<VectorTime> vt = read_vt(r, nodes_);
-    LOOM_CHECK(vt.is_ok(), "vector time from node {}: {}", n, vt.status().to_string());
+    if (!vt) comm_.fail_bad_reply(n, msg::kVtQuery, vt.status());
+    if (r.left() != 0)
+      comm_.fail_bad_reply(
+          n, msg::kVtQuery,
+          Status::malformed(fmt::format("vector time: {} trailing bytes", r.left())));
     for (uint32_t w = 0; w < nodes_; ++w) floor[w] = std::min(floor[w], (*vt)[w]);
   }
   std::vector<std::byte> payload;
@@ -816,12 +848,16 @@ void Hlrc::learn_notices(const std::vector<uint32_t>& writers) {
   }
   for (size_t k = 0; k < calls.size(); ++k) {
     const Status& got = comm_.wait(calls[k]->done);
-    LOOM_CHECK(got.is_ok(), "asking node {} for its write notices: {}", asked[k], got.to_string());
+    if (!got)
+      comm_.fail_job(Status(got.code(), fmt::format("asking node {} for its write notices: {}",
+                                                    asked[k], got.message())),
+                     asked[k]);
     ByteReader r(calls[k]->reply.span());
     Result<VectorTime> vt = read_vt(r, nodes_);
     Status stored = vt ? store_notices(r) : vt.status();
-    LOOM_CHECK(stored.is_ok() && r.left() == 0, "write notices from node {}: {}", asked[k],
-               stored.is_ok() ? "trailing bytes" : stored.to_string());
+    if (stored.is_ok() && r.left() != 0)
+      stored = Status::malformed(fmt::format("write notices: {} trailing bytes", r.left()));
+    if (!stored) comm_.fail_bad_reply(asked[k], msg::kVtQuery, stored);
   }
 }
 
@@ -848,7 +884,8 @@ std::vector<Hlrc::ExtraPage> Hlrc::claim_ahead(PageId page, int32_t home, uint32
   return out;
 }
 
-size_t Hlrc::install_extras(ByteReader& r, const std::vector<ExtraPage>& asked, bool parsed) {
+Status Hlrc::install_extras(ByteReader& r, const std::vector<ExtraPage>& asked, bool parsed,
+                            size_t* installed) {
   // The pages the home sent (a subset of those asked, in order).
   struct Got {
     uint32_t kind = kReplyPage;
@@ -856,19 +893,39 @@ size_t Hlrc::install_extras(ByteReader& r, const std::vector<ExtraPage>& asked, 
     std::span<const std::byte> data;
   };
   std::unordered_map<PageId, Got> got;
-  uint32_t n = 0;
-  size_t installed = 0;
-  if (parsed && r.left() > 0 && r.u32(&n) && n <= asked.size()) {
+  *installed = 0;
+  // u32 n, then n x {u64 page, u32 kind, version, kind kReplyPage: 4 KiB}: pages asked, in order.
+  auto parse = [&]() -> Status {
+    if (r.left() == 0) return Status::ok();  // none
+    uint32_t n = 0;
+    if (!r.u32(&n) || n > asked.size())
+      return Status::malformed(
+          fmt::format("page reply: {} extra pages, {} asked", n, asked.size()));
+    size_t next = 0;  // the first asked page not yet matched
     for (uint32_t k = 0; k < n; ++k) {
       uint64_t page;
       Got g;
-      if (!r.u64(&page) || !r.u32(&g.kind) || (g.kind != kReplyPage && g.kind != kReplyZero) ||
-          !read_version(r, nodes_, &g.stamp).is_ok())
-        break;
-      if (g.kind == kReplyPage && !r.bytes(kPageBytes, &g.data)) break;
+      if (!r.u64(&page) || !r.u32(&g.kind))
+        return Status::malformed("page reply: truncated extra page");
+      while (next < asked.size() && asked[next].page != page) ++next;
+      if (next == asked.size())
+        return Status::malformed(
+            fmt::format("page reply: extra page {}, not asked (or out of order)", page));
+      ++next;
+      if (g.kind != kReplyPage && g.kind != kReplyZero)
+        return Status::malformed(fmt::format("page reply: extra page {} of kind {}", page, g.kind));
+      if (Status s = read_version(r, nodes_, &g.stamp); !s) return s;
+      if (g.kind == kReplyPage && !r.bytes(kPageBytes, &g.data))
+        return Status::malformed(fmt::format("page reply: extra page {} truncated", page));
       got.emplace(page, std::move(g));
     }
-  }
+    if (r.left() != 0)
+      return Status::malformed(fmt::format("page reply: {} trailing bytes", r.left()));
+    return Status::ok();
+  };
+  // note: a reply that fails validation installs nothing, but every claim is released below.
+  Status bad = parsed ? parse() : Status::ok();
+  if (!bad) got.clear();
   for (const ExtraPage& x : asked) {
     PageEntry& e = table_.at(x.page);
     MutexLock l(table_.lock_of(x.page));
@@ -889,11 +946,11 @@ size_t Hlrc::install_extras(ByteReader& r, const std::vector<ExtraPage>& asked, 
       space_.protect(x.page, 1, e.prot);
       counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
       counters_.pages_ahead.fetch_add(1, std::memory_order_relaxed);
-      ++installed;
+      ++*installed;
     }
     table_.notify(x.page);
   }
-  return installed;
+  return bad;
 }
 
 void Hlrc::apply_records(const std::vector<Record>& records) {
@@ -975,28 +1032,38 @@ void Hlrc::start_prefetch(Prefetch f) {
   const PageId page = f.page;
   std::vector<std::byte> req = page_request(page, f.need, f.extras);
   auto extras = std::make_shared<std::vector<ExtraPage>>(std::move(f.extras));
-  Status s = comm_.start_request(static_cast<comm::NodeId>(f.home), msg::kPageRequest, req,
-                                 [this, page, extras](Status st, comm::Buffer reply) {
-                                   install_prefetched(page, *extras, st, std::move(reply));
+  const auto home = static_cast<comm::NodeId>(f.home);
+  Status s = comm_.start_request(home, msg::kPageRequest, req,
+                                 [this, home, page, extras](Status st, comm::Buffer reply) {
+                                   install_prefetched(home, page, *extras, st, std::move(reply));
                                  });
-  if (!s) install_prefetched(page, *extras, s, {});
+  if (!s) install_prefetched(home, page, *extras, s, {});
 }
 
 // Runs on the dispatcher (the reply callback): touches only the system view and the page table.
-void Hlrc::install_prefetched(PageId page, const std::vector<ExtraPage>& extras,
+void Hlrc::install_prefetched(comm::NodeId home, PageId page, const std::vector<ExtraPage>& extras,
                               const Status& status, comm::Buffer reply) {
   PageReply rep;
   bool parsed = false;
   ByteReader r(reply.span());
-  if (status.is_ok()) parsed = parse_page_reply(r, nodes_, &rep);
+  Status bad;
+  if (status.is_ok()) {
+    bad = parse_page_reply(r, nodes_, &rep);
+    parsed = bad.is_ok();
+  }
   {
     PageEntry& e = table_.at(page);
     MutexLock l(table_.lock_of(page));
     LOOM_CHECK(e.fetching, "prefetch reply for a page nobody fetches: {}", dump_page(page));
     e.fetching = false;
     if (parsed && rep.kind == kReplyMoved) {
-      // The home moved: remember where to, and leave the page to the next fault.
-      learn_home(e, rep.home, rep.moves);
+      // The home moved: remember where to, and leave the page to the next fault. (A later move
+      // to this node is the home's inconsistency, as in fetch(): reported, not learned.)
+      if (rep.home == me_ && rep.moves > e.home_moves)
+        bad = Status::malformed(
+            fmt::format("a redirect to this node (move {}): {}", rep.moves, dump_page(page)));
+      else
+        learn_home(e, rep.home, rep.moves);
       parsed = false;
     }
     VersionVec& stamp = rep.stamp;
@@ -1018,8 +1085,14 @@ void Hlrc::install_prefetched(PageId page, const std::vector<ExtraPage>& extras,
     table_.notify(page);
   }
   // note: extras count as prefetches; those not installed as dropped.
-  size_t installed = install_extras(r, extras, parsed);
+  size_t installed;
+  Status bad_extras = install_extras(r, extras, parsed, &installed);
   counters_.prefetches_dropped.fetch_add(extras.size() - installed, std::memory_order_relaxed);
+  if (bad.is_ok()) bad = bad_extras;
+  // note: on the dispatcher (a reply callback): reported, and the job stops.
+  if (!bad)
+    comm_.report_bad_input(home, msg::kPageRequest, /*reply=*/true,
+                           Status(bad.code(), fmt::format("page {}: {}", page, bad.message())));
 }
 
 // --- Barrier pushes -------------------------------------------------------------------------
@@ -1218,6 +1291,18 @@ Status Hlrc::store_notices(ByteReader& r) {
   Result<std::vector<Record>> recs = read_records(r, nodes_, space_.num_pages());
   if (!recs) return recs.status();
   MutexLock l(notices_mu_);
+  // A writer's notices are stored in order, with no gap (NoticeStore::add): a set that would
+  // leave one is the sender's (every sender sends all it has above what the receiver knew),
+  // refused before anything of it is stored.
+  VectorTime would_know = store_.known();
+  for (const Record& rec : *recs) {
+    uint32_t& k = would_know[rec.writer];
+    if (rec.interval > k + 1)
+      return Status::malformed(
+          fmt::format("write notices: record ({}, {}), but node {}'s are known only up to {}",
+                      rec.writer, rec.interval, rec.writer, k));
+    k = std::max(k, rec.interval);
+  }
   bool fresh = false;
   for (Record& rec : *recs) {
     uint32_t w = rec.writer;
@@ -1262,19 +1347,24 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
   ByteReader r(in.payload());
   uint64_t page;
   VersionVec need;
-  if (!r.u64(&page) || page >= space_.num_pages())
-    return Status::malformed("page request: bad page number");
+  if (!r.u64(&page)) return Status::malformed("page request: truncated");
+  if (page >= space_.num_pages())
+    return Status::malformed(fmt::format("page request: page {} outside the region of {} pages",
+                                         page, space_.num_pages()));
   if (Status s = read_version(r, nodes_, &need); !s) return s;
   std::vector<ExtraPage> extras;
   if (r.left() != 0) {
-    uint32_t n;
+    uint32_t n = 0;
     if (!r.u32(&n) || n == 0 || n >= kMaxBatchPages)
-      return Status::malformed("page request: bad count of extra pages");
+      return Status::malformed(
+          fmt::format("page request: {} extra pages (1 to {})", n, kMaxBatchPages - 1));
     extras.resize(n);
     for (ExtraPage& x : extras) {
       uint64_t q;
       if (!r.u64(&q) || q >= space_.num_pages() || q == page)
-        return Status::malformed("page request: bad extra page number");
+        return Status::malformed(
+            fmt::format("page request for page {}: extra page {} (region of {} pages)", page, q,
+                        space_.num_pages()));
       x.page = q;
       if (Status s = read_version(r, nodes_, &x.need); !s) return s;
     }
@@ -1286,9 +1376,13 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
     MutexLock l(table_.lock_of(page));
     if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
     if (e.home != static_cast<int32_t>(me_)) {
-      // The home moved away from here: say where to.
-      LOOM_CHECK(e.home_moves > 0, "node {} asked for page {} here: {}", in.src(), page,
-                 dump_page(page));
+      // The home moved away from here: say where to. A page whose home never moved and is
+      // another node's was never homed here: the requester asked the wrong node.
+      if (e.home_moves == 0)
+        return Status::malformed(
+            fmt::format("page request for page {}, which this node never homed (its home is "
+                        "node {}): {}",
+                        page, e.home, dump_page(page)));
       out = moved_reply(e);
       extras.clear();
       counters_.redirects_sent.fetch_add(1, std::memory_order_relaxed);
@@ -1405,9 +1499,17 @@ Status Hlrc::on_diffs(comm::Incoming& in) {
     uint64_t page;
     uint32_t prev, len;
     std::span<const std::byte> diff;
-    if (!r.u64(&page) || !r.u32(&prev) || !r.u32(&len) || !r.bytes(len, &diff) ||
-        page >= space_.num_pages() || prev >= interval)
-      return Status::malformed("diffs: bad page entry");
+    if (!r.u64(&page) || !r.u32(&prev) || !r.u32(&len) || !r.bytes(len, &diff))
+      return Status::malformed(
+          fmt::format("diffs ({}, {}): entry {} truncated", writer, interval, k));
+    if (page >= space_.num_pages() || prev >= interval)
+      return Status::malformed(
+          fmt::format("diffs ({}, {}): page {} (region of {} pages) after "
+                      "interval {}",
+                      writer, interval, page, space_.num_pages(), prev));
+    if (Status s = memory::diff_check(diff); !s)
+      return Status::malformed(
+          fmt::format("diff ({}, {}) of page {}: {}", writer, interval, page, s.message()));
     if (Status s = take_diff(page, writer, interval, prev, diff, &ready, &forward, &hints, &out);
         !s)
       return s;
@@ -1443,9 +1545,15 @@ Status Hlrc::on_forwarded_diffs(comm::Incoming& in) {
     uint32_t writer, interval, prev, len;
     std::span<const std::byte> diff;
     if (!r.u64(&page) || !r.u32(&writer) || !r.u32(&interval) || !r.u32(&prev) || !r.u32(&len) ||
-        !r.bytes(len, &diff) || page >= space_.num_pages() || writer >= nodes_ || interval == 0 ||
-        prev >= interval)
-      return Status::malformed("forwarded diffs: bad entry");
+        !r.bytes(len, &diff))
+      return Status::malformed(fmt::format("forwarded diffs: entry {} truncated", k));
+    if (page >= space_.num_pages() || writer >= nodes_ || interval == 0 || prev >= interval)
+      return Status::malformed(
+          fmt::format("forwarded diffs: page {} (region of {} pages), diff ({}, {}) after {}", page,
+                      space_.num_pages(), writer, interval, prev));
+    if (Status s = memory::diff_check(diff); !s)
+      return Status::malformed(fmt::format("forwarded diff ({}, {}) of page {}: {}", writer,
+                                           interval, page, s.message()));
     if (Status s = take_diff(page, writer, interval, prev, diff, &ready, &forward, &hints, &out);
         !s)
       return s;
@@ -1480,6 +1588,15 @@ Status Hlrc::take_diff(PageId page, uint32_t writer, uint32_t interval, uint32_t
     }
     return Status::ok();
   }
+  // note: a diff follows the writer's previous one of the page (`prev`); one this home has
+  // already gone past (applied, or a master taken with it) came twice or names a chain the
+  // writer never made. That compares the message with this node's state, but only the sender
+  // can have caused it: its bad message (held diffs, have < prev, wait for their predecessor).
+  if (!diff.empty() && e.version.get(writer) > prev)
+    return Status::malformed(fmt::format(
+        "diff ({}, {}) of page {} after interval {}, but the home has node {}'s diffs up to {}: "
+        "twice, or out of its order: {}",
+        writer, interval, page, prev, writer, e.version.get(writer), dump_page(page)));
   if (diff.empty()) {
     // A write hint (release_locked): the writer wrote the page but changed nothing.
     if (e.streak_writer == static_cast<int32_t>(writer)) {

@@ -270,12 +270,17 @@ class Hlrc final : public Protocol, public Consistency {
   // and stores them. Application threads.
   void learn_notices(const std::vector<uint32_t>& writers);
   // Installs the extra pages of a page reply (`r` after the first page's reply) that are still
-  // wanted, and releases the claim on every page of `asked`. Returns how many it installed.
-  size_t install_extras(ByteReader& r, const std::vector<ExtraPage>& asked, bool parsed);
+  // wanted, and releases the claim on every page of `asked`; *installed: how many it installed.
+  // A section that fails validation installs none and gives kMalformed (the caller reports it).
+  Status install_extras(ByteReader& r, const std::vector<ExtraPage>& asked, bool parsed,
+                        size_t* installed);
   // Asks every node for its vector time and drops what all of them hold; tells them to as well.
   void collect_garbage();
-  void install_prefetched(memory::PageId page, const std::vector<ExtraPage>& extras,
-                          const Status& status, comm::Buffer reply);
+  // The reply of `home` to a prefetch (on the dispatcher); one that fails validation is
+  // reported (Comm::report_bad_input) and installs nothing.
+  void install_prefetched(comm::NodeId home, memory::PageId page,
+                          const std::vector<ExtraPage>& extras, const Status& status,
+                          comm::Buffer reply);
   // A copy of a page its home pushed with a barrier release, kept until an acquire installs it.
   struct PushedCopy {
     uint32_t from;  // the home that sent it
@@ -326,8 +331,8 @@ class Hlrc final : public Protocol, public Consistency {
   void apply_held_locked(memory::PageId page, memory::PageEntry& e, std::vector<ReadyReply>* ready)
       REQUIRES(table_.lock_of(page));
   // Answers the held requests for `page` that its version now covers.
-  void answer_held_locked(memory::PageId page, memory::PageEntry& e,
-                          std::vector<ReadyReply>* ready) REQUIRES(table_.lock_of(page));
+  void answer_held_locked(memory::PageId page, memory::PageEntry& e, std::vector<ReadyReply>* ready)
+      REQUIRES(table_.lock_of(page));
 
   // --- Home migration ---
   // Messages built under stripe locks and sent after them.

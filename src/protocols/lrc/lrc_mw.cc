@@ -54,22 +54,36 @@ struct Fetched {
   std::span<const std::byte> bytes;  // into the reply buffer
 };
 
-// Parses the rest of a kReplyDiffs reply from `writer` to `r` into `out`. False if it is
-// malformed, or its intervals are not increasing within (after, through] or do not end at
-// `through` (a notice named the page in that interval, so the writer must have its diff).
-bool read_diffs(ByteReader& rd, uint32_t writer, const DiffRequest& r, std::vector<Fetched>* out) {
+// Parses the rest of a kReplyDiffs reply from `writer` to `r` into `out`. kMalformed if it is
+// malformed (a diff's encoding too), or its intervals are not increasing within (after, through]
+// or do not end at `through` (a notice named the page in that interval, so the writer must have
+// its diff).
+Status read_diffs(ByteReader& rd, uint32_t writer, const DiffRequest& r,
+                  std::vector<Fetched>* out) {
   uint32_t count = 0, last = 0;
-  if (!rd.u32(&count)) return false;
+  if (!rd.u32(&count)) return Status::malformed("diff reply: truncated");
   for (uint32_t i = 0; i < count; ++i) {
     Fetched f{writer, 0, 0, {}};
     uint32_t len = 0;
-    if (!rd.u32(&f.interval) || !rd.u32(&f.lamport) || !rd.u32(&len) || !rd.bytes(len, &f.bytes) ||
-        f.interval <= std::max(last, r.after) || f.interval > r.through)
-      return false;
+    if (!rd.u32(&f.interval) || !rd.u32(&f.lamport) || !rd.u32(&len) || !rd.bytes(len, &f.bytes))
+      return Status::malformed(fmt::format("diff reply: diff {} of {} truncated", i, count));
+    if (f.interval <= std::max(last, r.after) || f.interval > r.through)
+      return Status::malformed(fmt::format("diff reply: interval {} after {}, outside ({}, {}]",
+                                           f.interval, last, r.after, r.through));
+    if (Status s = memory::diff_check(f.bytes); !s)
+      return Status::malformed(fmt::format("diff reply: the diff of interval {} of page {}: {}",
+                                           f.interval, r.page, s.message()));
     last = f.interval;
     out->push_back(f);
   }
-  return rd.left() == 0 && last == r.through;
+  if (rd.left() != 0)
+    return Status::malformed(fmt::format("diff reply: {} trailing bytes", rd.left()));
+  if (last != r.through)
+    return Status::malformed(fmt::format(
+        "diff reply: no diff of page {} for interval {}, which a write notice names (the last "
+        "is {})",
+        r.page, r.through, last));
+  return Status::ok();
 }
 
 constexpr uint64_t kDefaultGcBytes = uint64_t{64} << 20;
@@ -229,19 +243,22 @@ bool LrcMw::fetch(PageId page, bool is_write) {
       const comm::NodeId writer = asks[k].first;
       const DiffRequest& r = asks[k].second;
       const Status& s = comm_.wait(reqs[k]->done);
-      LOOM_CHECK(s.is_ok(), "diffs of page {} from node {}: {}", page, writer, s.to_string());
+      if (!s)
+        comm_.fail_job(Status(s.code(), fmt::format("diffs of page {} from node {}: {}", page,
+                                                    writer, s.message())),
+                       writer);
       ByteReader rd(reqs[k]->reply.span());
       uint32_t kind = 0;
-      LOOM_CHECK(rd.u32(&kind) && (kind == kReplyDiffs || kind == kReplyBase),
-                 "malformed diff reply for page {} from node {}", page, writer);
+      if (!rd.u32(&kind) || (kind != kReplyDiffs && kind != kReplyBase))
+        comm_.fail_bad_reply(
+            writer, kDiffRequest,
+            Status::malformed(fmt::format("diff reply of kind {} for page {}", kind, page)));
       if (kind == kReplyBase) {
         if (base < 0) base = static_cast<int>(k);
         continue;
       }
-      LOOM_CHECK(read_diffs(rd, writer, r, &diffs),
-                 "malformed diff reply for page {} from node {}, or no diff for interval {} that "
-                 "a write notice names: {}",
-                 page, writer, r.through, dump_page(page));
+      if (Status st = read_diffs(rd, writer, r, &diffs); !st)
+        comm_.fail_bad_reply(writer, kDiffRequest, st);
       counters_.diff_requests.fetch_add(1, std::memory_order_relaxed);
     }
     counters_.fetch_wait_ns.fetch_add(comm::now_ns() - w0, std::memory_order_relaxed);
@@ -251,13 +268,18 @@ bool LrcMw::fetch(PageId page, bool is_write) {
     });
     if (mutant_ == Mutant::kReverseOrder) std::reverse(diffs.begin(), diffs.end());
 
-    MutexLock l(table_.lock_of(page));
     if (base >= 0) {
       // Some diffs this copy needs were dropped: start from the writer's copy, then ask again
       // for what it lacks (the diffs of this round may overlap it).
-      install_base(page, e, asks[base].first, reqs[base]->reply.span());
+      Status s;
+      {
+        MutexLock l(table_.lock_of(page));
+        s = install_base(page, e, reqs[base]->reply.span());
+      }
+      if (!s) comm_.fail_bad_reply(asks[base].first, kDiffRequest, s);
       continue;
     }
+    MutexLock l(table_.lock_of(page));
     std::byte* sys = frames_.sys_page(page);
     for (const Fetched& f : diffs) {
       Status s = memory::diff_apply(f.bytes, sys);
@@ -291,23 +313,26 @@ bool LrcMw::fetch(PageId page, bool is_write) {
   }
 }
 
-void LrcMw::install_base(PageId page, PageEntry& e, comm::NodeId writer,
-                         std::span<const std::byte> reply) {
+Status LrcMw::install_base(PageId page, PageEntry& e, std::span<const std::byte> reply) {
   // note: only a page never used here can be missing dropped diffs: every copy in use was
-  // validated before any node dropped them (docs/protocols/lrc_mw.md, garbage collection).
-  LOOM_CHECK(e.state == st(PageState::kUnknown) && e.twin == nullptr && e.version.empty(),
-             "node {} sent a base copy of page {}, which is in use here: {}", writer, page,
-             dump_page(page));
+  // validated before any node dropped them (docs/protocols/lrc_mw.md, garbage collection). A
+  // base copy of a page in use here is then the writer's bad reply (it dropped what this node
+  // still needs), checked against this node's state.
+  if (e.state != st(PageState::kUnknown) || e.twin != nullptr || !e.version.empty())
+    return Status::malformed(
+        fmt::format("a base copy of page {}, which is in use here: {}", page, dump_page(page)));
   ByteReader rd(reply);
   uint32_t kind;
   memory::VersionVec version;
   std::span<const std::byte> data;
   bool ok = rd.u32(&kind) && read_version(rd, nodes_, &version).is_ok() &&
             rd.bytes(kPageBytes, &data) && rd.left() == 0;
-  LOOM_CHECK(ok, "malformed base copy of page {} from node {}", page, writer);
+  if (!ok)
+    return Status::malformed(fmt::format("a base copy of page {} of {} bytes", page, reply.size()));
   std::memcpy(frames_.sys_page(page), data.data(), kPageBytes);
   e.version = std::move(version);
   counters_.base_copies_received.fetch_add(1, std::memory_order_relaxed);
+  return Status::ok();
 }
 
 // --- Release and acquire --------------------------------------------------------------------

@@ -96,9 +96,9 @@ class LrcMw final : public Protocol {
   // Brings an invalid copy up to date; on return the page is readable (writable if is_write).
   // REQUIRES: the caller set e.fetching.
   bool fetch(memory::PageId page, bool is_write);
-  // Installs a writer's base copy (its page and version) in a page never used here.
-  void install_base(memory::PageId page, memory::PageEntry& e, comm::NodeId writer,
-                    std::span<const std::byte> reply);
+  // Installs a writer's base copy (its page and version) in a page never used here; kMalformed
+  // (nothing installed) if the reply is not one, or the page is in use here. Stripe lock held.
+  Status install_base(memory::PageId page, memory::PageEntry& e, std::span<const std::byte> reply);
   void add_dirty(memory::PageId page, memory::PageEntry& e);
   Status on_diff_request(comm::Incoming& in);
 

@@ -452,6 +452,18 @@ Status OwnerProtocol::on_request(comm::Incoming& in, bool write) {
   std::vector<Out> out;
   {
     MutexLock l(table_.lock_of(m->page));
+    // A request only reaches a node that never used the page if that node is its home (every
+    // node's first probable owner), and a node's own request never comes back to it. Checked
+    // here, where the request arrives; handle_request's checks are then this node's invariants
+    // (requests it queued were checked on arrival).
+    if (e.state == st(PageState::kUnknown) && e.home != memory::kHomeUnknown &&
+        e.home != static_cast<int32_t>(me_))
+      return Status::malformed(fmt::format(
+          "{} request of node {} for page {}, which this node never used (its home is node {})",
+          write ? "write" : "read", m->requester, m->page, e.home));
+    if (m->requester == me_)
+      return Status::malformed(fmt::format("this node's own {} request for page {} came back: {}",
+                                           write ? "write" : "read", m->page, dump_page(m->page)));
     if (e.protocol == memory::kProtocolUnknown) e.protocol = id_;
     handle_request(m->page, e, {m->requester, write}, &out);
   }
@@ -469,10 +481,11 @@ Status OwnerProtocol::on_grant(comm::Incoming& in) {
   std::vector<Out> out;
   {
     MutexLock l(table_.lock_of(h.page));
+    if (e.state == st(PageState::kOwner) || e.state == st(PageState::kOwnerBusy))
+      return Status::malformed(
+          fmt::format("page grant (write={}, epoch {}) to the page's owner: {}", h.write, h.epoch,
+                      dump_page(h.page)));
     Work& w = work(h.page);
-    LOOM_CHECK(e.state != st(PageState::kOwner) && e.state != st(PageState::kOwnerBusy),
-               "node {} sent a page grant (write={}, epoch {}) to the page's owner: {}", in.src(),
-               h.write, h.epoch, dump_page(h.page));
     if (!e.fetching || w.want_write != (h.write != 0))
       return Status::malformed(
           fmt::format("page grant (write={}) from node {} that this node did not ask for: {}",
@@ -518,9 +531,9 @@ Status OwnerProtocol::on_inval(comm::Incoming& in) {
   PageEntry& e = table_.at(m->page);
   {
     MutexLock l(table_.lock_of(m->page));
-    LOOM_CHECK(e.state != st(PageState::kOwner) && e.state != st(PageState::kOwnerBusy),
-               "node {} invalidates the copy of the page's owner: {}", in.src(),
-               dump_page(m->page));
+    if (e.state == st(PageState::kOwner) || e.state == st(PageState::kOwnerBusy))
+      return Status::malformed(
+          fmt::format("invalidation of the owner's copy: {}", dump_page(m->page)));
     if (e.protocol == memory::kProtocolUnknown) e.protocol = id_;
     counters_.invalidations_received.fetch_add(1, std::memory_order_relaxed);
     e.epoch = std::max(e.epoch, m->epoch + 1);

@@ -51,12 +51,19 @@ struct BlockReply {
   std::span<const std::byte> data;  // popcount(sent) blocks, in block order
 };
 
-bool parse_reply(std::span<const std::byte> in, uint32_t nodes, uint32_t asked, BlockReply* out) {
+Status parse_reply(std::span<const std::byte> in, uint32_t nodes, uint32_t asked, BlockReply* out) {
   ByteReader r(in);
-  if (!read_version(r, nodes, &out->version).is_ok() || !r.u32(&out->sent) || !r.u32(&out->zero))
-    return false;
-  if ((out->sent & out->zero) != 0 || (out->sent | out->zero) != asked) return false;
-  return r.bytes(std::popcount(out->sent) * kBlockSize, &out->data) && r.left() == 0;
+  if (Status s = read_version(r, nodes, &out->version); !s) return s;
+  if (!r.u32(&out->sent) || !r.u32(&out->zero)) return Status::malformed("block reply: truncated");
+  if ((out->sent & out->zero) != 0 || (out->sent | out->zero) != asked)
+    return Status::malformed(
+        fmt::format("block reply: blocks {:#010x} sent and {:#010x} zero, "
+                    "{:#010x} asked",
+                    out->sent, out->zero, asked));
+  if (!r.bytes(std::popcount(out->sent) * kBlockSize, &out->data) || r.left() != 0)
+    return Status::malformed(fmt::format("block reply: {} bytes of blocks, {} expected", r.left(),
+                                         std::popcount(out->sent) * kBlockSize));
+  return Status::ok();
 }
 
 // Writes the reply's blocks into `page`; zero blocks are cleared unless `skip_zero`.
@@ -317,11 +324,20 @@ bool SingleOwner::fetch(PageId page, bool is_write) {
       write_version(w, e.required);
     }
     const int64_t w0 = comm::now_ns();
-    Result<comm::Buffer> reply = comm_.call(static_cast<comm::NodeId>(home), kReadRequest, req);
+    const auto owner = static_cast<comm::NodeId>(home);
+    Result<comm::Buffer> reply = comm_.call(owner, kReadRequest, req);
     counters_.fetch_wait_ns.fetch_add(comm::now_ns() - w0, std::memory_order_relaxed);
-    LOOM_CHECK(reply.is_ok(), "fetching page {} from its owner, node {}: {}", page, home,
-               reply.status().to_string());
+    if (!reply)
+      comm_.fail_job(
+          Status(reply.status().code(), fmt::format("fetching page {} from its owner, node {}: {}",
+                                                    page, home, reply.status().message())),
+          owner);
     counters_.page_requests.fetch_add(1, std::memory_order_relaxed);
+    // note: checked here, before the stripe lock; install() parses it again (spans, no copy).
+    BlockReply checked;
+    if (Status s = parse_reply(reply->span(), nodes_, asked, &checked); !s)
+      comm_.fail_bad_reply(owner, kReadRequest,
+                           Status(s.code(), fmt::format("page {}: {}", page, s.message())));
 
     MutexLock l(table_.lock_of(page));
     install(page, e, asked, reply->span());
@@ -352,9 +368,8 @@ bool SingleOwner::fetch(PageId page, bool is_write) {
 void SingleOwner::install(PageId page, PageEntry& e, uint32_t asked,
                           std::span<const std::byte> reply) {
   BlockReply rep;
-  LOOM_CHECK(parse_reply(reply, nodes_, asked, &rep),
-             "malformed reply for blocks {:#010x} of page {} from its owner: {}", asked, page,
-             dump_page(page));
+  Status parsed = parse_reply(reply, nodes_, asked, &rep);
+  LOOM_CHECK(parsed.is_ok(), "a reply checked in fetch(): {}", parsed.to_string());
   if (!rep.version.covers(e.required)) {
     // Newer notices arrived while the request was in flight: these blocks may be too old. Ask
     // again (nothing is installed, `stale_blocks` keeps every block still to fetch).
@@ -545,7 +560,10 @@ void SingleOwner::close_interval(const IntervalStamp& next, ReleaseKind kind,
   push_updates(std::move(updates), [&pushed] { pushed.complete(Status::ok()); });
   for (auto& r : acks) {
     const Status& s = comm_.wait(r->done);
-    LOOM_CHECK(s.is_ok(), "waiting for an owner to acknowledge our diffs: {}", s.to_string());
+    if (!s)
+      comm_.fail_job(Status(s.code(), fmt::format("waiting for an owner to acknowledge our "
+                                                  "diffs: {}",
+                                                  s.message())));
   }
   const Status& s = comm_.wait(pushed);
   LOOM_CHECK(s.is_ok(), "waiting for copy holders to take our updates: {}", s.to_string());
@@ -660,9 +678,16 @@ Status SingleOwner::on_diffs(comm::Incoming& in) {
     uint64_t page;
     uint32_t interval, prev, len;
     std::span<const std::byte> diff;
-    if (!r.u64(&page) || !r.u32(&interval) || !r.u32(&prev) || !r.u32(&len) ||
-        !r.bytes(len, &diff) || page >= frames_.num_pages() || interval == 0 || prev >= interval)
-      return Status::malformed("diffs: bad page entry");
+    if (!r.u64(&page) || !r.u32(&interval) || !r.u32(&prev) || !r.u32(&len) || !r.bytes(len, &diff))
+      return Status::malformed(fmt::format("diffs: entry {} truncated", k));
+    if (page >= frames_.num_pages() || interval == 0 || prev >= interval)
+      return Status::malformed(
+          fmt::format("diffs: page {} (region of {} pages), diff ({}, {}) "
+                      "after {}",
+                      page, frames_.num_pages(), writer, interval, prev));
+    if (Status s = memory::diff_check(diff); !s)
+      return Status::malformed(
+          fmt::format("diff ({}, {}) of page {}: {}", writer, interval, page, s.message()));
     PageEntry& e = table_.at(page);
     std::vector<ReadyReply> ready;
     {
@@ -670,6 +695,14 @@ Status SingleOwner::on_diffs(comm::Incoming& in) {
       if (e.home != static_cast<int32_t>(me_))
         return Status::malformed(
             fmt::format("diff for page {} whose owner is node {}", page, e.home));
+      // note: compared with this node's state, but only the writer can break it: its diffs of
+      // a page form a chain (prev), and the owner has applied this one's successors already
+      // (held ones, have < prev, wait for their predecessor).
+      if (e.version.get(writer) > prev)
+        return Status::malformed(fmt::format(
+            "diff ({}, {}) of page {} after interval {}, but the owner has node {}'s diffs up to "
+            "{}: twice, or out of its order",
+            writer, interval, page, prev, writer, e.version.get(writer)));
       std::vector<Applied> applied;
       apply_diff_locked(page, e, writer, interval, prev, diff, &ready,
                         variant_ == Variant::kUpdate ? &applied : nullptr);
@@ -860,7 +893,10 @@ void SingleOwner::push_updates(Batches updates, std::function<void()> done) {
               MutexLock l(table_.lock_of(page));
               std::erase(e.copyset, h);
             }
-            if (!ok || r.left() != 0) LOOM_WARN("malformed update answer from node {}", h);
+            // note: on the dispatcher (a reply callback): reported, and the job stops.
+            if (!ok || r.left() != 0)
+              comm_.report_bad_input(h, kUpdate, /*reply=*/true,
+                                     Status::malformed("update answer: bad page list"));
           }
           if (pending->left.fetch_sub(1) == 1) pending->done();
         });

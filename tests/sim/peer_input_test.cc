@@ -1,0 +1,305 @@
+// Malformed peer input (docs/comm.md, "Malformed peer input"): a message or reply from a peer
+// that fails validation stops the job through the fatal path, naming the sender and the message
+// type, instead of aborting the receiver (SIGABRT) or ending it without telling anyone. Each test
+// makes one node send the other a message with a valid header and a bad payload (Thread::inject)
+// or rewrites a reply on its way (Options::tamper), through the real handlers and reply parsers
+// of the simulated nodes.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memory/heap.h"
+#include "protocols/hlrc/hlrc.h"
+#include "sim/sim.h"
+#include "sync/barriers.h"
+#include "sync/locks.h"
+#include "sync/objects.h"
+
+namespace loom::sim {
+namespace {
+
+namespace hl = protocols::hlrc;
+
+// A failed simulation is abandoned with parked threads (sim.h), so each runs in a child process:
+// it exits 0 if the run failed with a reason containing each of `expect`, 10 if it passed, 11
+// if it failed for another reason. A receiver that aborted instead dies from SIGABRT.
+[[noreturn]] void run_expecting(Options o, const std::function<void(Simulation&)>& setup,
+                                const std::vector<std::string>& expect) {
+  Simulation sim(o);
+  setup(sim);
+  Status s = sim.run();
+  if (s.is_ok()) _exit(10);
+  fprintf(stderr, "%s\n", s.to_string().c_str());
+  for (const std::string& e : expect)
+    if (s.message().find(e) == std::string::npos) _exit(11);
+  _exit(0);
+}
+
+void expect_stop_all(const std::function<void(Simulation&)>& setup,
+                     const std::vector<std::string>& expect, Options o = {}) {
+  o.nodes = 2;
+  EXPECT_EXIT(run_expecting(o, setup, expect), testing::ExitedWithCode(0), "");
+}
+void expect_stop(const std::function<void(Simulation&)>& setup, const std::string& expect,
+                 Options o = {}) {
+  expect_stop_all(setup, {expect}, std::move(o));
+}
+
+// The k-th simulator id (lock_id, barrier_id) whose manager is node 0 of 2.
+template <typename Id>
+uint64_t managed_by_node0(Id id) {
+  for (uint32_t k = 0;; ++k)
+    if (sync::manager_of(id(k), 2) == 0) return id(k);
+}
+
+// barrier.arrive (sync/barriers.cc): a request with no solicitation, zero vector times, no
+// notices, no mail.
+std::vector<std::byte> arrival(uint64_t id, uint32_t count, uint64_t episode) {
+  std::vector<std::byte> out;
+  hl::ByteWriter w(&out);
+  w.u64(0);
+  w.u64(id);
+  w.u32(count);
+  w.u32(0);
+  w.u64(episode);
+  hl::write_vt(w, {0, 0});
+  hl::write_vt(w, {0, 0});
+  w.u32(0);  // records
+  w.u32(0);  // mail
+  return out;
+}
+
+TEST(PeerInputDeathTest, PageRequestOutsideTheRegion) {
+  expect_stop(
+      [](Simulation& sim) {
+        sim.spawn(0, [](Thread&) {});
+        sim.spawn(1, [](Thread& t) {
+          std::vector<std::byte> req;
+          hl::ByteWriter w(&req);
+          w.u64(uint64_t{1} << 40);
+          w.u32(0);  // version: no entries
+          t.inject(0, hl::msg::kPageRequest, req, /*request=*/true);
+        });
+      },
+      "node 0: bad 'hlrc.page_request' message from node 1: malformed: page request: page "
+      "1099511627776 outside the region");
+}
+
+TEST(PeerInputDeathTest, PageRequestForAPageNeverHomedHere) {
+  auto a = std::make_shared<uint64_t>(0);
+  expect_stop(
+      [a](Simulation& sim) {
+        sim.spawn(0, [a](Thread& t) {
+          *a = t.alloc(kPage, memory::Placement::kNode, 0);
+          t.write(*a, 1);
+          t.barrier(barrier_id(0), 2);
+          t.barrier(barrier_id(0), 2);  // node 1 holds a copy and knows the home
+          std::vector<std::byte> req;
+          hl::ByteWriter w(&req);
+          w.u64(t.page_of(*a));
+          w.u32(0);
+          t.inject(1, hl::msg::kPageRequest, req, /*request=*/true);
+        });
+        sim.spawn(1, [a](Thread& t) {
+          t.barrier(barrier_id(0), 2);
+          (void)t.read(*a);
+          t.barrier(barrier_id(0), 2);
+        });
+      },
+      "node 1: bad 'hlrc.page_request' message from node 0: malformed: page request for page");
+}
+
+TEST(PeerInputDeathTest, BarrierArrivalForAnotherEpisode) {
+  const uint64_t b = managed_by_node0(barrier_id);
+  expect_stop(
+      [b](Simulation& sim) {
+        sim.spawn(0, [](Thread&) {});
+        sim.spawn(1, [b](Thread& t) {
+          t.inject(0, sync::msg::kBarrierArrive, arrival(b, 2, 7), /*request=*/true);
+        });
+      },
+      "node 0: bad 'barrier.arrive' message from node 1: malformed: barrier " +
+          fmt::format("{:#x}", b) + ": node 1 arrived for episode 7 during 0");
+}
+
+TEST(PeerInputDeathTest, BarrierArrivalWithAnotherCount) {
+  const uint64_t b = managed_by_node0(barrier_id);
+  expect_stop(
+      [b](Simulation& sim) {
+        sim.spawn(0, [b](Thread& t) { t.barrier(b, 2); });
+        sim.spawn(1, [b, &sim](Thread& t) {
+          // After node 0's own arrival (its thread then waits), which set the count to 2.
+          t.wait_until([&sim] { return sim.barrier_counters(0).waits.load() >= 1; });
+          t.inject(0, sync::msg::kBarrierArrive, arrival(b, 3, 0), /*request=*/true);
+        });
+      },
+      "bad 'barrier.arrive' message from node 1: malformed: barrier " + fmt::format("{:#x}", b) +
+          ": node 1 arrived for 3 arrivals, node 0 for 2");
+}
+
+TEST(PeerInputDeathTest, LockRequestedTwice) {
+  const uint64_t l = managed_by_node0(lock_id);
+  expect_stop(
+      [l](Simulation& sim) {
+        sim.spawn(0, [](Thread&) {});
+        sim.spawn(1, [l](Thread& t) {
+          t.lock(l);  // node 1 holds the token and is the queue's tail
+          std::vector<std::byte> req;
+          hl::ByteWriter w(&req);
+          w.u64(l);
+          w.u32(1);
+          hl::write_vt(w, {0, 0});
+          t.inject(0, sync::msg::kLockRequest, req);
+        });
+      },
+      "node 0: bad 'lock.request' message from node 1: malformed: lock " + fmt::format("{:#x}", l) +
+          ": node 1 asked twice for the token");
+}
+
+TEST(PeerInputDeathTest, LockRequestForAnotherNode) {
+  const uint64_t l = managed_by_node0(lock_id);
+  expect_stop(
+      [l](Simulation& sim) {
+        sim.spawn(0, [](Thread&) {});
+        sim.spawn(1, [l](Thread& t) {
+          std::vector<std::byte> req;
+          hl::ByteWriter w(&req);
+          w.u64(l);
+          w.u32(0);  // node 1 asks in node 0's name
+          hl::write_vt(w, {0, 0});
+          t.inject(0, sync::msg::kLockRequest, req);
+        });
+      },
+      "bad 'lock.request' message from node 1: malformed: lock " + fmt::format("{:#x}", l) +
+          ": node 1 asks for node 0");
+}
+
+TEST(PeerInputDeathTest, ObjectCallForAnUnknownObject) {
+  expect_stop(
+      [](Simulation& sim) {
+        sim.spawn(0, [](Thread&) {});
+        sim.spawn(1, [](Thread& t) {
+          const int64_t one = 1;
+          (void)t.call_object(sync::ObjectRef{sync::kObjectTag | 999, 0, sync::kSemaphoreClass},
+                              sync::kSemaphoreV, std::as_bytes(std::span(&one, 1)));
+        });
+      },
+      "node 0: bad 'object.call' message from node 1: not found: synchronization object "
+      "0x534f0000000003e7: no such object at node 0");
+}
+
+TEST(PeerInputDeathTest, ObjectCallOfAnotherClass) {
+  auto ref = std::make_shared<sync::ObjectRef>();
+  expect_stop_all(
+      [ref](Simulation& sim) {
+        sim.spawn(0, [ref](Thread& t) {
+          *ref = t.create_object(sync::kSemaphoreClass, 0);
+          t.barrier(barrier_id(0), 2);
+        });
+        sim.spawn(1, [ref](Thread& t) {
+          t.barrier(barrier_id(0), 2);
+          sync::ObjectRef other = *ref;
+          other.cls = sync::kConditionClass;  // a semaphore called as a condition
+          (void)t.call_object(other, sync::kConditionSignal);
+        });
+      },
+      {"node 0: bad 'object.call' message from node 1: malformed: synchronization object",
+       "a call of operation 2 with attribute release of class 1, which node 0 does not have"});
+}
+
+TEST(PeerInputDeathTest, ObjectCallWithAnArgumentItsOperationRejects) {
+  auto ref = std::make_shared<sync::ObjectRef>();
+  expect_stop_all(
+      [ref](Simulation& sim) {
+        sim.spawn(0, [ref](Thread& t) {
+          *ref = t.create_object(sync::kSemaphoreClass, 0);
+          t.barrier(barrier_id(0), 2);
+        });
+        sim.spawn(1, [ref](Thread& t) {
+          t.barrier(barrier_id(0), 2);
+          const std::byte three[3] = {};
+          (void)t.call_object(*ref, sync::kSemaphoreV, three);
+        });
+      },
+      {"node 0: bad 'object.call' message from node 1: malformed: synchronization object 0x534f",
+       "operation of class loom.semaphore: an argument of 3 bytes, expected 8"});
+}
+
+// Replies, parsed by the application thread that waits for them.
+
+TEST(PeerInputDeathTest, BarrierReleaseOfAnotherEpisode) {
+  const uint64_t b = managed_by_node0(barrier_id);
+  Options o;
+  o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
+    if (h.is_reply() && h.type == sync::msg::kBarrierArrive && dst == 1 && payload->size() >= 16) {
+      const uint64_t episode = 5;
+      std::memcpy(payload->data() + 8, &episode, sizeof episode);
+    }
+  };
+  expect_stop(
+      [b](Simulation& sim) {
+        sim.spawn(0, [b](Thread& t) { t.barrier(b, 2); });
+        sim.spawn(1, [b](Thread& t) { t.barrier(b, 2); });
+      },
+      "node 1: bad 'barrier.arrive' reply from node 0: malformed: barrier " +
+          fmt::format("{:#x}", b) + ": release: barrier " + fmt::format("{:#x}", b) +
+          ": release of episode 5 during 0",
+      o);
+}
+
+TEST(PeerInputDeathTest, PageReplyOfAnUnknownKind) {
+  auto a = std::make_shared<uint64_t>(0);
+  Options o;
+  o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
+    if (h.is_reply() && h.type == hl::msg::kPageRequest && dst == 1 && payload->size() >= 4) {
+      const uint32_t kind = 9;
+      std::memcpy(payload->data(), &kind, sizeof kind);
+    }
+  };
+  expect_stop(
+      [a](Simulation& sim) {
+        sim.spawn(0, [a](Thread& t) {
+          *a = t.alloc(kPage, memory::Placement::kNode, 0);
+          t.write(*a, 1);
+          t.barrier(barrier_id(0), 2);
+        });
+        sim.spawn(1, [a](Thread& t) {
+          t.barrier(barrier_id(0), 2);
+          (void)t.read(*a);
+        });
+      },
+      "node 1: bad 'hlrc.page_request' reply from node 0: malformed: page", o);
+}
+
+// A first-touch page's home comes from its chunk's owner: an answer naming a protocol this node
+// does not have (an index into its protocols) stops the job, before any page uses it.
+TEST(PeerInputDeathTest, HomeAnswerNamingAnUnknownProtocol) {
+  auto a = std::make_shared<uint64_t>(0);
+  Options o;
+  o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
+    if (h.is_reply() && h.type == memory::heap_msg::kHomeQuery && dst == 1 &&
+        payload->size() >= 8)
+      (*payload).data()[5] = std::byte{200};  // AnswerHeader::protocol (memory/homes.cc)
+  };
+  expect_stop(
+      [a](Simulation& sim) {
+        sim.spawn(0, [a](Thread& t) {
+          *a = t.alloc(4 * kPage);
+          t.barrier(barrier_id(0), 2);
+        });
+        sim.spawn(1, [a](Thread& t) {
+          t.barrier(barrier_id(0), 2);
+          t.write(*a, 1);  // node 0 owns the chunk: node 1 asks it for the page's home
+        });
+      },
+      "node 1: bad 'heap.home_query' reply from node 0: malformed: page", o);
+}
+
+}  // namespace
+}  // namespace loom::sim
