@@ -161,6 +161,9 @@ class Heap {
   Status register_home_messages();
   // Home of a page in no placed allocation: from the home map, or by a window, or asked.
   Resolved resolve_first_touch(PageId page) EXCLUDES(mu_);
+  // The home its allocation's record gives the page (kHomeUnknown for first touch), if this node
+  // knows the record.
+  std::optional<Resolved> from_records(PageId page) EXCLUDES(remote_mu_);
   // Asks the chunk's owner (-1: none) and takes its answer in.
   Resolved ask_owner(PageId page, int32_t owner) EXCLUDES(mu_);
   // Owner side: answers `q` now (into `out`), or starts or joins an arbitration of its chunk.

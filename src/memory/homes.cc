@@ -177,6 +177,15 @@ int32_t Heap::home_in_record(const Record& r, PageId page) const {
   return kHomeUnknown;
 }
 
+std::optional<Heap::Resolved> Heap::from_records(PageId page) {
+  MutexLock l(remote_mu_);
+  auto it = remote_records_.upper_bound(page);
+  if (it == remote_records_.begin()) return std::nullopt;
+  const Record& r = std::prev(it)->second;
+  if (page >= r.first + r.pages) return std::nullopt;
+  return Resolved{home_in_record(r, page), r.protocol};
+}
+
 Heap::Resolved Heap::resolve(PageId page) {
   if (page >= space_.num_pages()) return {kNotAllocated, kProtocolUnknown};
   {
@@ -191,14 +200,9 @@ Heap::Resolved Heap::resolve(PageId page) {
   if (space_.is_static(page)) {
     home = 0;  // a program's own data is homed at node 0, under the default protocol
   } else {
-    MutexLock l(remote_mu_);
-    auto it = remote_records_.upper_bound(page);
-    if (it != remote_records_.begin()) {
-      const Record& r = std::prev(it)->second;
-      if (page < r.first + r.pages) {
-        home = home_in_record(r, page);
-        protocol = r.protocol;
-      }
+    if (std::optional<Resolved> r = from_records(page)) {
+      home = r->home;
+      protocol = r->protocol;
     }
   }
   if (home == kNotAllocated) {
@@ -223,32 +227,23 @@ std::optional<Heap::Resolved> Heap::known(PageId page) {
     if (e->home != kHomeUnknown && e->protocol != kProtocolUnknown)
       return Resolved{e->home, e->protocol};
   }
-  std::optional<Resolved> r;
+  Resolved r{kNotAllocated, kProtocolUnknown};
   if (space_.is_static(page)) {
-    r = Resolved{0, default_protocol_};
+    r = {0, default_protocol_};
   } else {
-    {
-      MutexLock l(remote_mu_);
-      auto it = remote_records_.upper_bound(page);
-      if (it != remote_records_.begin()) {
-        const Record& rec = std::prev(it)->second;
-        if (page < rec.first + rec.pages) {
-          const int32_t home = home_in_record(rec, page);
-          if (home >= 0) r = Resolved{home, rec.protocol};
-        }
-      }
-    }
-    if (!r) {
+    // A first-touch allocation's record says kHomeUnknown: decided by the first toucher.
+    if (std::optional<Resolved> rec = from_records(page)) r = *rec;
+    if (r.home < 0) {
       MutexLock l(mu_);
       std::optional<HomeRun> v = homes_.find(page);
-      if (v && v->value.kind == HomeKind::kHome) r = Resolved{v->value.node, v->value.protocol};
+      if (v && v->value.kind == HomeKind::kHome) r = {v->value.node, v->value.protocol};
     }
   }
-  if (!r || r->home < 0 || r->home >= static_cast<int32_t>(nodes_)) return std::nullopt;
+  if (r.home < 0 || r.home >= static_cast<int32_t>(nodes_)) return std::nullopt;
   PageEntry& e = table_.at(page);
   MutexLock l(table_.lock_of(page));
-  if (e.home == kHomeUnknown) e.home = r->home;
-  if (e.protocol == kProtocolUnknown) e.protocol = r->protocol;
+  if (e.home == kHomeUnknown) e.home = r.home;
+  if (e.protocol == kProtocolUnknown) e.protocol = r.protocol;
   return Resolved{e.home, e.protocol};
 }
 
