@@ -15,9 +15,9 @@ namespace loom::memory {
 namespace {
 
 // The TSan run moves the region to where TSan allows application memory (scripts/test.sh).
-const uintptr_t kBase = std::getenv("LOOM_REGION_BASE")
-                            ? std::strtoull(std::getenv("LOOM_REGION_BASE"), nullptr, 16)
-                            : 0x3f0000000000;
+const uintptr_t kRegionBase = std::getenv("LOOM_REGION_BASE")
+                                  ? std::strtoull(std::getenv("LOOM_REGION_BASE"), nullptr, 16)
+                                  : 0x3f0000000000;
 
 // Opens a page for reading on its first fault; with `nested`, first reads page `nested` (itself
 // protected) from inside the handler.
@@ -47,7 +47,7 @@ std::byte read_page(AddressSpace& a, PageId p) {
 // Runs `body` with the handler installed on a fresh region whose pages are all protected.
 template <typename Fn>
 void with_region(int nested, Fn&& body) {
-  auto as = AddressSpace::create(kBase, 8 << 20);
+  auto as = AddressSpace::create(kRegionBase, 8 << 20);
   ASSERT_TRUE(as) << as.status().to_string();
   AddressSpace& a = **as;
   a.protect(0, 16, Prot::kNone);
