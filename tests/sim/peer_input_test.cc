@@ -283,8 +283,7 @@ TEST(PeerInputDeathTest, HomeAnswerNamingAnUnknownProtocol) {
   auto a = std::make_shared<uint64_t>(0);
   Options o;
   o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
-    if (h.is_reply() && h.type == memory::heap_msg::kHomeQuery && dst == 1 &&
-        payload->size() >= 8)
+    if (h.is_reply() && h.type == memory::heap_msg::kHomeQuery && dst == 1 && payload->size() >= 8)
       (*payload).data()[5] = std::byte{200};  // AnswerHeader::protocol (memory/homes.cc)
   };
   expect_stop(
