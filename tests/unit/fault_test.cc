@@ -88,6 +88,12 @@ TEST(FaultGuardDeathTest, AFaultOnTheServerThreadStops) {
 }
 
 TEST(FaultGuardDeathTest, AFaultInsideTheHandlingOfAFaultStops) {
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer runs signal handlers from its own wrapper, which keeps SIGSEGV blocked in
+  // them whatever SA_NODEFER says: the nested fault kills the process before the handler sees
+  // it (the release and ASan passes run this test).
+  GTEST_SKIP() << "ThreadSanitizer blocks a signal inside its own handler";
+#endif
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(with_region(5, [](AddressSpace& a, OpenOnFault&) { read_page(a, 3); }),
                "faulted while this thread handled the fault at");
