@@ -80,8 +80,8 @@ struct LockPolicy {
   // LOOM_LOCK_FAIRNESS (at least 1): acquisitions by this node's threads in a row while another
   // node waits: local handoffs and acquisitions of a kept token.
   uint32_t fairness = 4;
-  // LOOM_LOCK_KEEP_US: how long a token another node waits for may stay idle
-  // here for this node's threads (from the first unlock that keeps it). 0: never kept.
+  // LOOM_LOCK_KEEP_US (default 50): how long a token another node waits for may stay idle here
+  // for this node's threads (from the first unlock that keeps it). 0: never kept.
   int64_t keep_ns = 0;
   // LOOM_LAZY_RELEASE: release when the token leaves the node (above); false: at every unlock.
   bool lazy = true;
