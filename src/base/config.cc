@@ -120,7 +120,7 @@ const ConfigRow kRows[] = {
      "in a row (handoffs to waiting threads, and takes of a token kept by LOCK_KEEP_US) before "
      "the token goes to that node.",
      "", 1, 1 << 20},
-    {"LOCK_KEEP_US", ConfigType::kInt, "0",
+    {"LOCK_KEEP_US", ConfigType::kInt, "50",
      "While another node waits for a lock, an unlock that finds no waiting thread on this node "
      "may keep the token idle here for up to this long (from the first such unlock), for a "
      "thread of this node that locks again soon, within LOCK_FAIRNESS; only for locks this node "

@@ -58,7 +58,7 @@ struct Options {
   uint32_t lock_fairness = 4;  // LOOM_LOCK_FAIRNESS
   // LOOM_LOCK_KEEP_US, as "on" (any value > 0): the simulator has no clock; a keep window ends
   // when the scheduler fires its timer (comm/timers.h, manual mode).
-  bool lock_keep = false;
+  bool lock_keep = true;
   bool lazy_release = true;  // LOOM_LAZY_RELEASE
   // Events kept for failure reports; print_trace prints every event as it happens (stderr).
   size_t trace_tail = 40;

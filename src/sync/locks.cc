@@ -263,9 +263,16 @@ void LockService::take_cached(NodeLock& nl) {
   }
 }
 
-bool LockService::may_keep(const NodeLock& nl) const {
-  return policy_.keep_ns > 0 && nl.comes_back && nl.keep != Keep::kOver &&
-         nl.streak < policy_.fairness;
+bool LockService::may_keep(NodeLock& nl) {
+  if (policy_.keep_ns == 0 || !nl.comes_back || nl.keep == Keep::kOver ||
+      nl.streak >= policy_.fairness)
+    return false;
+  if (nl.keep == Keep::kOpen) return true;  // the window for this successor is open
+  if (nl.keep_skips > 0) {
+    --nl.keep_skips;  // backing off: a recent window ended unused
+    return false;
+  }
+  return true;
 }
 
 // note: the window opens at the first unlock that keeps the token for this successor and is not
@@ -297,8 +304,14 @@ void LockService::on_keep_over(uint64_t id, uint64_t epoch) {
     // Held (or about to be, by a local waiter): the unlock that frees it grants it.
     if (!nl.token || nl.held || !nl.waiters.empty() || !nl.has_successor) return;
     // Nobody came back for it: do not keep this lock's token again until this node asks for it
-    // again soon after it leaves.
-    if (!nl.keep_used) nl.comes_back = false;
+    // again soon after it leaves, and then pass up a growing number of chances first (a thread
+    // that waits for the token to leave before it locks again would otherwise make every other
+    // window a wasted one).
+    if (!nl.keep_used) {
+      nl.comes_back = false;
+      nl.keep_backoff = std::min(2 * nl.keep_backoff + 1, kMaxKeepBackoff);
+      nl.keep_skips = nl.keep_backoff;
+    }
     release = hand_over_idle(id, nl, &grant);
   }
   if (grant.to != comm::kNoNode) send_grant(std::move(grant));
@@ -373,6 +386,7 @@ LockService::Grant LockService::make_grant(uint64_t id, NodeLock& nl) {
   nl.unreleased = false;
   nl.streak = 0;
   if (nl.keep == Keep::kOpen) comm_.timers().cancel(nl.keep_timer);
+  if (nl.keep_used) nl.keep_backoff = 0;
   nl.keep = Keep::kNone;
   nl.keep_used = false;
   nl.has_successor = false;

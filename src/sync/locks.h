@@ -16,7 +16,8 @@
 // after at most `fairness` further acquisitions by this node and at most `keep_ns` plus one
 // critical section of idle keeping. A node keeps a lock's token only if, the last time it left,
 // the node asked for it again within `keep_ns` of letting it go (a lock its threads come back
-// to); a window that ends unused clears that. Details and measurements: docs/protocols/hlrc.md,
+// to); after a window that ends unused it also passes up the next 1, 3, 7, ... chances to keep,
+// until a kept token is taken again. Details and measurements: docs/protocols/hlrc.md,
 // "Locks".
 //
 // Releases happen when they matter (docs/protocols/hlrc.md, "Lazy releases"): the threads of a
@@ -79,8 +80,8 @@ struct LockPolicy {
   // LOOM_LOCK_FAIRNESS (at least 1): acquisitions by this node's threads in a row while another
   // node waits: local handoffs and acquisitions of a kept token.
   uint32_t fairness = 4;
-  // LOOM_LOCK_KEEP_US: how long a token another node waits for may stay idle here for this
-  // node's threads (from the first unlock that keeps it). 0: never kept.
+  // LOOM_LOCK_KEEP_US (default 50): how long a token another node waits for may stay idle here
+  // for this node's threads (from the first unlock that keeps it). 0: never kept.
   int64_t keep_ns = 0;
   // LOOM_LAZY_RELEASE: release when the token leaves the node (above); false: at every unlock.
   bool lazy = true;
@@ -111,6 +112,7 @@ class LockService {
   // open, or it is over (its time ran out; the token leaves at the next unlock).
   enum class Keep : uint8_t { kNone, kOpen, kOver };
   static constexpr int64_t kNever = INT64_MIN;
+  static constexpr uint32_t kMaxKeepBackoff = 1023;
   struct NodeLock {
     bool token = false;      // the token is at this node
     bool held = false;       // a thread of this node holds the lock
@@ -129,6 +131,11 @@ class LockService {
     // Timers::now() when this node last let the token go: the unlock that kept or granted it
     // while a successor waited, or the request that found it idle without one.
     int64_t let_go_at = kNever;
+    // Backing off after windows that ended unused: the next keep_skips chances to keep are
+    // passed up; keep_backoff (1, 3, 7, ... kMaxKeepBackoff) grows with each unused window and
+    // drops to 0 when a kept token is taken.
+    uint32_t keep_backoff = 0;
+    uint32_t keep_skips = 0;
     std::deque<Waiter*> waiters;
     bool has_successor = false;
     comm::NodeId successor = comm::kNoNode;
@@ -161,7 +168,7 @@ class LockService {
   // A thread of this node takes the idle token here (lock or try_lock).
   void take_cached(NodeLock& nl) REQUIRES(mu_);
   // An unlock with a successor and no local waiter: whether the token may stay (the policy).
-  bool may_keep(const NodeLock& nl) const REQUIRES(mu_);
+  bool may_keep(NodeLock& nl) REQUIRES(mu_);
   void keep_token(uint64_t id, NodeLock& nl) REQUIRES(mu_);
   // A keep window's time is up (a timer, on the dispatcher).
   void on_keep_over(uint64_t id, uint64_t epoch);
