@@ -107,9 +107,9 @@ const ConfigRow kRows[] = {
      "following pages of the same home with the same request (readahead); an acquire's prefetches "
      "go to each home in batches. 0: one page per request.",
      "", 0, 15},
-    {"HOME_MIGRATION", ConfigType::kInt, "0",
+    {"HOME_MIGRATION", ConfigType::kInt, "2",
      "hlrc: a home that applies this many diffs in a row from one other node (no other write in "
-     "between) offers that node the page's home. 0: homes never move. Experimental.",
+     "between) offers that node the page's home. 0: homes never move.",
      "", 0, 1 << 20},
     {"LAZY_RELEASE", ConfigType::kBool, "1",
      "Locks release only when their token leaves the node (an unlock that keeps the lock on the "

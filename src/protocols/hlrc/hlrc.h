@@ -12,7 +12,7 @@
 //   - The home writes its master copy in place (no twin); its writes still produce notices.
 //     A home page no other node has fetched is *private*: writable, no write detection, no
 //     notices, until the first remote fetch.
-//   - Home migration (experimental, off by default): a home that applies `migrate_after` diffs
+//   - Home migration (on by default, after 2 diffs): a home that applies `migrate_after` diffs
 //     in a row from one other node (and wrote nothing itself meanwhile) offers that node the
 //     home. The writer accepts unless it has diffs of its own still in flight or is fetching the
 //     page, and takes in only the bytes the master has beyond its copy (the page may be open to
@@ -113,8 +113,8 @@ class Hlrc final : public Protocol, public Consistency {
     size_t gc_threshold = 4096;
     // Home migration: after this many diffs in a row from one other node (and no write by the
     // home or anyone else in between) the home offers the page to that node. 0: homes stay
-    // (the default while migration is experimental, docs/protocols/hlrc.md#home-migration).
-    uint32_t migrate_after = 0;
+    // (docs/protocols/hlrc.md#home-migration: why 2 is the default).
+    uint32_t migrate_after = 2;
     // Barrier pushes: at a barrier, a home sends each node that reads a page it wrote since the
     // last barrier a copy of it with the release, at most this many pages per node and barrier
     // (docs/protocols/hlrc.md#barrier-pushes). 0: off.
