@@ -926,30 +926,40 @@ Status Hlrc::install_extras(ByteReader& r, const std::vector<ExtraPage>& asked, 
   // note: a reply that fails validation installs nothing, but every claim is released below.
   Status bad = parsed ? parse() : Status::ok();
   if (!bad) got.clear();
-  for (const ExtraPage& x : asked) {
-    PageEntry& e = table_.at(x.page);
-    MutexLock l(table_.lock_of(x.page));
-    e.fetching = false;
-    auto it = got.find(x.page);
-    // Installed only under the conditions of a prefetch (install_prefetched): nothing changed
-    // since the claim, and the copy is as new as what is required now.
-    if (it != got.end() && e.twin == nullptr &&
-        (e.state == st(PageState::kInvalid) || e.state == st(PageState::kUnknown)) &&
-        it->second.stamp.covers(e.required) &&
-        !(opts_.causal_fetch && ahead_of_applied(it->second.stamp))) {
-      const bool zero = it->second.kind == kReplyZero;
-      if (!(zero && e.state == st(PageState::kUnknown)))
-        std::memcpy(space_.sys_page(x.page), zero ? kZeroPage : it->second.data.data(), kPageBytes);
-      e.version = std::move(it->second.stamp);
-      e.state = st(PageState::kReadOnly);
-      e.prot = Prot::kRead;
-      space_.protect(x.page, 1, e.prot);
-      counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
-      counters_.pages_ahead.fetch_add(1, std::memory_order_relaxed);
-      ++*installed;
+  // note: in stripe batches, so the pages installed are opened with one mprotect per run
+  // instead of one per page (a prefetch after a barrier installs thousands); a thread faulting
+  // on one of them waits for its stripe, and finds it open.
+  std::vector<PageId> ids;
+  ids.reserve(asked.size());
+  for (const ExtraPage& x : asked) ids.push_back(x.page);
+  in_stripe_batches(table_, ids, [&](const std::vector<PageId>& batch) {
+    std::vector<PageId> open;
+    for (PageId page : batch) {
+      table_.lock_of(page).assert_held();  // in_stripe_batches holds the batch's stripes
+      PageEntry& e = table_.at(page);
+      e.fetching = false;
+      auto it = got.find(page);
+      // Installed only under the conditions of a prefetch (install_prefetched): nothing changed
+      // since the claim, and the copy is as new as what is required now.
+      if (it != got.end() && e.twin == nullptr &&
+          (e.state == st(PageState::kInvalid) || e.state == st(PageState::kUnknown)) &&
+          it->second.stamp.covers(e.required) &&
+          !(opts_.causal_fetch && ahead_of_applied(it->second.stamp))) {
+        const bool zero = it->second.kind == kReplyZero;
+        if (!(zero && e.state == st(PageState::kUnknown)))
+          std::memcpy(space_.sys_page(page), zero ? kZeroPage : it->second.data.data(), kPageBytes);
+        e.version = std::move(it->second.stamp);
+        e.state = st(PageState::kReadOnly);
+        e.prot = Prot::kRead;
+        open.push_back(page);
+        counters_.pages_fetched.fetch_add(1, std::memory_order_relaxed);
+        counters_.pages_ahead.fetch_add(1, std::memory_order_relaxed);
+        ++*installed;
+      }
     }
-    table_.notify(x.page);
-  }
+    protect_ranges(std::move(open), Prot::kRead);
+    for (PageId page : batch) table_.notify(page);
+  });
   return bad;
 }
 
