@@ -633,9 +633,10 @@ void Hlrc::release_from_handler() {
 
 void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> written) {
   std::vector<PageId> pages = dirty_.take();
+  std::vector<PageId> unarmed;  // dropped for home migration: not armed again now
   if (tracking_.load(std::memory_order_acquire)) {
     // Tracked home pages written in this interval: announced as the listed ones are.
-    std::vector<PageId> found = scan_hot();
+    std::vector<PageId> found = scan_hot(&unarmed);
     if (opts_.mutant == Options::Mutant::kIgnoreWritten) found.clear();
     pages.insert(pages.end(), found.begin(), found.end());
   }
@@ -666,7 +667,8 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
     for (PageId p : batch) {
       PageEntry& e = table_.at(p);
       if (track_writes_ && e.home == static_cast<int32_t>(me_) &&
-          e.state == st(PageState::kHomeShared)) {
+          e.state == st(PageState::kHomeShared) &&
+          !std::binary_search(unarmed.begin(), unarmed.end(), p)) {
         if (e.write_tracked) continue;
         arm.push_back(p);
         e.write_tracked = true;
@@ -798,11 +800,13 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
   }
 }
 
-std::vector<PageId> Hlrc::scan_hot() {
+std::vector<PageId> Hlrc::scan_hot(std::vector<PageId>* unarmed) {
+  std::vector<PageId> untrack;
   {
     MutexLock al(armed_mu_);
     for (PageId p : armed_) hot_.emplace(p, 0);
     armed_.clear();
+    untrack.swap(untrack_);
     // note: under armed_mu_, where arm_locked sets it: an arming cannot be missed.
     if (hot_.empty()) tracking_.store(false, std::memory_order_relaxed);
   }
@@ -826,6 +830,16 @@ std::vector<PageId> Hlrc::scan_hot() {
     else if (++unwritten >= kHotIdleReleases)
       idle.push_back(p);
   }
+  // Pages home migration would offer leave too, and stay out (write-protected) even if written
+  // now, so that a diff that arrives before the home writes them again can offer them.
+  for (PageId p : untrack) {
+    if (hot_.count(p) == 0) continue;
+    idle.push_back(p);
+    unarmed->push_back(p);
+  }
+  std::sort(unarmed->begin(), unarmed->end());
+  std::sort(idle.begin(), idle.end());
+  idle.erase(std::unique(idle.begin(), idle.end()), idle.end());
   if (!idle.empty()) drop_hot(idle, &found);
   return found;
 }
@@ -1856,15 +1870,20 @@ void Hlrc::maybe_offer_locked(PageId page, PageEntry& e, std::vector<Outgoing>* 
   // Only a settled master can move: shared (the writer has a copy), not written here in this
   // interval (its writes are in place, with no twin to diff), holding every write announced here,
   // and not part of a program's static data (node 0 keeps those).
-  // A tracked page (write tracking) may hold writes of this interval that only the next
-  // release's scan will find: it stays until it leaves the hot set, which it does once the home
-  // has not written it for kHotIdleReleases releases.
-  if (e.state != st(PageState::kHomeShared) || e.in_dirty_list || e.write_tracked ||
-      !e.version.covers(e.required) || page >= space_.heap_pages())
+  if (e.state != st(PageState::kHomeShared) || e.in_dirty_list || !e.version.covers(e.required) ||
+      page >= space_.heap_pages())
     return;
   {
     MutexLock h(held_mu_);
     if (held_diffs_.count(page) != 0) return;  // a writer's chain is incomplete here
+  }
+  if (e.write_tracked) {
+    // A tracked page (write tracking) may hold writes of this interval that only the next
+    // release's scan will find: not offered now. The next release drops it from the hot set
+    // (announcing what the home wrote); the next diff after that may offer it.
+    MutexLock al(armed_mu_);
+    untrack_.push_back(page);
+    return;
   }
   const auto to = static_cast<comm::NodeId>(e.streak_writer);
   e.streak = 0;

@@ -253,8 +253,9 @@ class Hlrc final : public Protocol, public Consistency {
   // open for writing: armed instead of write-protected, for the next release's hot set.
   void arm_locked(memory::PageId page, memory::PageEntry& e) REQUIRES(table_.lock_of(page));
   // At a release: the hot set's pages written since the last release (each armed again), after
-  // dropping back to write-protection the pages that stayed unwritten kHotIdleReleases times.
-  std::vector<memory::PageId> scan_hot() REQUIRES(release_mu_);
+  // dropping back to write-protection the pages that stayed unwritten kHotIdleReleases times and
+  // those home migration asked for (*unarmed, sorted: not to be armed again by this release).
+  std::vector<memory::PageId> scan_hot(std::vector<memory::PageId>* unarmed) REQUIRES(release_mu_);
   // Drops `pages` (sorted) from the hot set: read-only again; appends to *found those written
   // since the scan.
   void drop_hot(const std::vector<memory::PageId>& pages, std::vector<memory::PageId>* found)
@@ -417,6 +418,9 @@ class Hlrc final : public Protocol, public Consistency {
   std::map<memory::PageId, uint32_t> hot_ GUARDED_BY(release_mu_);
   Mutex armed_mu_;  // a leaf
   std::vector<memory::PageId> armed_ GUARDED_BY(armed_mu_);
+  // Tracked pages home migration would offer (maybe_offer_locked): the next release drops them
+  // from the hot set, so that a later diff can offer them.
+  std::vector<memory::PageId> untrack_ GUARDED_BY(armed_mu_);
   std::atomic<bool> tracking_{false};  // hot_ or armed_ may be non-empty: releases scan
   // One acquire at a time applies notices.
   Mutex acquire_mu_;
