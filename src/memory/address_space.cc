@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -10,8 +11,10 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 
 #include "base/log.h"
+#include "memory/uffd_wp.h"
 
 namespace loom::memory {
 namespace {
@@ -63,12 +66,20 @@ int64_t count_mappings() {
   return lines;
 }
 
+std::optional<AddressSpace::WriteDetect> AddressSpace::parse_write_detect(std::string_view name) {
+  if (name == "auto") return WriteDetect::kAuto;
+  if (name == "uffd") return WriteDetect::kUffd;
+  if (name == "mprotect") return WriteDetect::kMprotect;
+  return std::nullopt;
+}
+
 Result<std::unique_ptr<AddressSpace>> AddressSpace::create(uintptr_t base, size_t size) {
   return create(base, size, StaticSegment());
 }
 
 Result<std::unique_ptr<AddressSpace>> AddressSpace::create(uintptr_t base, size_t size,
-                                                           StaticSegment segment) {
+                                                           StaticSegment segment,
+                                                           WriteDetect detect) {
   if (base % kPageBytes != 0 || size % kPageBytes != 0 || size == 0)
     return Status::invalid_argument(fmt::format(
         "shared region base {:#x} and size {} must be non-zero multiples of the page size", base,
@@ -141,15 +152,146 @@ Result<std::unique_ptr<AddressSpace>> AddressSpace::create(uintptr_t base, size_
     as->static_size_ = segment.len;
   }
   as->calls_until_check_.store(as->map_limit_ / 4);
+  if (detect != WriteDetect::kMprotect) {
+    Status s = as->start_write_tracking();
+    if (!s && detect == WriteDetect::kUffd)
+      return Status(s.code(),
+                    fmt::format("LOOM_WRITE_DETECT=uffd: {} (use auto or mprotect)", s.message()));
+    if (!s) LOOM_DEBUG("write detection: mprotect only: {}", s.message());
+  }
   return as;
 }
 
 AddressSpace::~AddressSpace() {
   if (app_ != nullptr) ::munmap(app_, size_);
   if (sys_ != nullptr) ::munmap(sys_, size_ + static_size_);
+  // note: closing the userfaultfd unregisters what is still mapped (the static segment): its
+  // pages then take ordinary faults whatever write-protect bits they kept.
+  if (uffd_ >= 0) ::close(uffd_);
+  if (pagemap_ >= 0) ::close(pagemap_);
   // note: the static segment stays mapped (it is the program's data, still in use); it keeps
   // the memfd alive.
   if (fd_ >= 0) ::close(fd_);
+}
+
+Status AddressSpace::start_write_tracking() {
+  // note: UFFD_USER_MODE_ONLY needs no privilege (vm.unprivileged_userfaultfd may be 0); it only
+  // concerns faults delivered as messages, and asynchronous write faults never are.
+  int uffd =
+      static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY));
+  if (uffd < 0) return Status::from_errno("userfaultfd", errno);
+  auto fail = [&](Status s) {
+    ::close(uffd);
+    return s;
+  };
+  uffdio_api api{};
+  api.api = UFFD_API;
+  api.features = UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
+  if (::ioctl(uffd, UFFDIO_API, &api) != 0)
+    return fail(Status::from_errno(
+        "UFFDIO_API with asynchronous write protection of shared memory (Linux 6.7)", errno));
+  auto register_range = [&](std::byte* at, size_t len) -> Status {
+    uffdio_register reg{};
+    reg.range.start = reinterpret_cast<uintptr_t>(at);
+    reg.range.len = len;
+    reg.mode = UFFDIO_REGISTER_MODE_WP;
+    if (::ioctl(uffd, UFFDIO_REGISTER, &reg) != 0)
+      return Status::from_errno("UFFDIO_REGISTER of the application view", errno);
+    if ((reg.ioctls & (uint64_t{1} << _UFFDIO_WRITEPROTECT)) == 0)
+      return Status::internal("UFFDIO_REGISTER: no UFFDIO_WRITEPROTECT for the application view");
+    return Status::ok();
+  };
+  if (Status s = register_range(app_, size_); !s) return fail(s);
+  if (static_ != nullptr)
+    if (Status s = register_range(static_, static_size_); !s) return fail(s);
+  int pagemap = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (pagemap < 0) return fail(Status::from_errno("open /proc/self/pagemap", errno));
+  // A scan of one page that changes nothing: fails on kernels without PAGEMAP_SCAN.
+  pm_scan_arg probe{};
+  probe.size = sizeof probe;
+  probe.flags = PM_SCAN_CHECK_WPASYNC;
+  probe.start = reinterpret_cast<uintptr_t>(app_);
+  probe.end = probe.start + kPageBytes;
+  probe.category_mask = PAGE_IS_WRITTEN;
+  if (::ioctl(pagemap, PAGEMAP_SCAN, &probe) < 0) {
+    Status s = Status::from_errno("PAGEMAP_SCAN (Linux 6.7)", errno);
+    ::close(pagemap);
+    return fail(s);
+  }
+  uffd_ = uffd;
+  pagemap_ = pagemap;
+  LOOM_DEBUG("write detection: uffd-wp async");
+  return Status::ok();
+}
+
+template <class Fn>
+void AddressSpace::for_each_mapping(PageId first, size_t count, Fn fn) {
+  LOOM_CHECK(first + count <= num_pages() && first + count > first,
+             "pages [{}, +{}) outside the region of {} pages", first, count, num_pages());
+  if (first < heap_pages() && first + count > heap_pages()) {
+    const size_t in_heap = heap_pages() - first;
+    fn(app_page(first), in_heap << kPageShift);
+    fn(app_page(heap_pages()), (count - in_heap) << kPageShift);
+  } else {
+    fn(app_page(first), count << kPageShift);
+  }
+}
+
+void AddressSpace::track_writes(PageId first, size_t count) {
+  if (count == 0) return;
+  LOOM_CHECK(uffd_ >= 0, "track_writes without write tracking");
+  for_each_mapping(first, count, [&](std::byte* at, size_t len) {
+    uffdio_writeprotect wp{};
+    wp.range.start = reinterpret_cast<uintptr_t>(at);
+    wp.range.len = len;
+    wp.mode = UFFDIO_WRITEPROTECT_MODE_WP;
+    wp_arm_calls_.fetch_add(1, std::memory_order_relaxed);
+    // note: EAGAIN only while the address space changes under a non-cooperative event, which
+    // this descriptor does not ask for; retried all the same.
+    while (::ioctl(uffd_, UFFDIO_WRITEPROTECT, &wp) != 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      log::fatal(fmt::format("write-protecting pages [{}, +{}) for tracking: {}", first, count,
+                             std::strerror(errno)));
+    }
+  });
+}
+
+void AddressSpace::collect_written(std::span<const PageRun> runs, std::vector<PageId>* written) {
+  LOOM_CHECK(uffd_ >= 0, "collect_written without write tracking");
+  page_region found[64];
+  for (const PageRun& run : runs) {
+    if (run.count == 0) continue;
+    for_each_mapping(run.first, run.count, [&](std::byte* at, size_t len) {
+      // note: one walk reports the written pages and write-protects them again, each under its
+      // page-table lock, and flushes their stale TLB entries before it returns; so a write it
+      // does not report either faults later (and is reported next time) or went through a
+      // writable entry of a page it does report, and is in the page when this returns.
+      pm_scan_arg a{};
+      a.size = sizeof a;
+      a.flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC;
+      a.start = reinterpret_cast<uintptr_t>(at);
+      a.end = a.start + len;
+      a.vec = reinterpret_cast<uintptr_t>(found);
+      a.vec_len = std::size(found);
+      a.category_mask = PAGE_IS_WRITTEN;
+      a.return_mask = PAGE_IS_WRITTEN;
+      for (;;) {
+        wp_scan_calls_.fetch_add(1, std::memory_order_relaxed);
+        long n = ::ioctl(pagemap_, PAGEMAP_SCAN, &a);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n < 0)
+          log::fatal(fmt::format("PAGEMAP_SCAN of pages [{}, +{}): {}", page_of(at),
+                                 len >> kPageShift, std::strerror(errno)));
+        for (long k = 0; k < n; ++k)
+          for (uint64_t p = found[k].start; p < found[k].end; p += kPageBytes)
+            written->push_back(page_of(reinterpret_cast<void*>(p)));
+        // The walk stops early when `found` is full: go on from where it stopped.
+        if (a.walk_end >= a.end) break;
+        LOOM_CHECK(a.walk_end > a.start, "PAGEMAP_SCAN made no progress at {:#x}", a.start);
+        a.start = a.walk_end;
+      }
+    });
+  }
 }
 
 void AddressSpace::open_static() {
@@ -232,7 +374,9 @@ AddressSpace::Stats AddressSpace::stats() const {
   struct stat st {};
   uint64_t backed = ::fstat(fd_, &st) == 0 ? static_cast<uint64_t>(st.st_blocks) * 512 : 0;
   return {protect_calls_.load(std::memory_order_relaxed),
-          collapses_.load(std::memory_order_relaxed), backed};
+          collapses_.load(std::memory_order_relaxed), backed,
+          wp_arm_calls_.load(std::memory_order_relaxed),
+          wp_scan_calls_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace loom::memory

@@ -15,6 +15,13 @@
 // intended protection back on its next fault. So Loom never fails with ENOMEM from mprotect, at
 // the cost of refaults after a collapse (counted in stats().collapses).
 //
+// Write tracking (PageFrames): where the kernel has asynchronous userfaultfd write protection
+// and the PAGEMAP_SCAN ioctl (Linux 6.7), the application view (and the static segment) is
+// registered for write protection at create(); track_writes() sets pages' write-protect bits
+// (UFFDIO_WRITEPROTECT) and collect_written() finds and re-protects the written ones in one
+// PAGEMAP_SCAN. A write to such a page costs the kernel a minor fault, no signal. Elsewhere
+// (or with WriteDetect::kMprotect) can_track_writes() is false and only mprotect is used.
+//
 // Thread safety: all methods may be called from any thread. protect() from application threads
 // and the server thread.
 #pragma once
@@ -23,6 +30,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
 
 #include "loom/status.h"
 #include "memory/frames.h"
@@ -40,10 +51,17 @@ class AddressSpace final : public PageFrames {
     size_t len = 0;
     bool keep_contents = false;
   };
+  // LOOM_WRITE_DETECT: kAuto tracks writes if the kernel allows it and falls back to mprotect
+  // alone otherwise (one debug line says why); kUffd fails create() if it cannot track.
+  enum class WriteDetect : uint8_t { kAuto, kUffd, kMprotect };
+  // "auto", "uffd", "mprotect"; nullopt for anything else.
+  static std::optional<WriteDetect> parse_write_detect(std::string_view name);
+
   // Maps `size` bytes at `base` (both page-aligned), and the static segment if it has a length.
   // Fails with a message naming the range if it is already taken or cannot be reserved.
   static Result<std::unique_ptr<AddressSpace>> create(uintptr_t base, size_t size,
-                                                      StaticSegment segment);
+                                                      StaticSegment segment,
+                                                      WriteDetect detect = WriteDetect::kAuto);
   static Result<std::unique_ptr<AddressSpace>> create(uintptr_t base, size_t size);
   ~AddressSpace() override;
 
@@ -62,10 +80,18 @@ class AddressSpace final : public PageFrames {
   // Drops the contents of pages (they read as zero afterwards, in both views).
   void discard(PageId first, size_t count);
 
+  // Write tracking (frames.h).
+  bool can_track_writes() const override { return uffd_ >= 0; }
+  const char* write_detection() const override { return uffd_ >= 0 ? "uffd-wp async" : "mprotect"; }
+  void track_writes(PageId first, size_t count) override;
+  void collect_written(std::span<const PageRun> runs, std::vector<PageId>* written) override;
+
   struct Stats {
     uint64_t protect_calls = 0;
     uint64_t collapses = 0;
-    uint64_t backed_bytes = 0;  // memory the node's copies of pages hold (the memfd's blocks)
+    uint64_t backed_bytes = 0;   // memory the node's copies of pages hold (the memfd's blocks)
+    uint64_t wp_arm_calls = 0;   // UFFDIO_WRITEPROTECT calls (track_writes)
+    uint64_t wp_scan_calls = 0;  // PAGEMAP_SCAN calls (collect_written)
   };
   Stats stats() const;
 
@@ -73,15 +99,26 @@ class AddressSpace final : public PageFrames {
   AddressSpace() = default;
   void collapse();
   void maybe_collapse();
+  // Registers both application mappings for asynchronous write protection; on failure says why
+  // and leaves tracking off.
+  Status start_write_tracking();
+  // The application view's address range of [first, first+count), split where it runs from the
+  // heap region into the static segment (two mappings).
+  template <class Fn>
+  void for_each_mapping(PageId first, size_t count, Fn fn);
 
   std::byte* sys_ = nullptr;
   int fd_ = -1;
+  int uffd_ = -1;              // userfaultfd with the views registered (write tracking), or -1
+  int pagemap_ = -1;           // /proc/self/pagemap (PAGEMAP_SCAN), with uffd_
   int64_t map_limit_ = 65530;  // vm.max_map_count
   // Protection calls until the mapping count must be looked at again (each call adds at most
   // two mappings).
   std::atomic<int64_t> calls_until_check_{0};
   std::atomic<uint64_t> protect_calls_{0};
   std::atomic<uint64_t> collapses_{0};
+  std::atomic<uint64_t> wp_arm_calls_{0};
+  std::atomic<uint64_t> wp_scan_calls_{0};
 };
 
 // Number of mappings of this process (lines of /proc/self/maps); -1 if unknown.

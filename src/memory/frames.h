@@ -6,15 +6,19 @@
 //   - sys_page(p) is the same page through a view that is always readable and writable: where
 //     the protocol installs fetched pages, applies diffs and reads pages to send, without
 //     opening the application view.
+//   - optionally, *write tracking*: a page open for writing whose writes the frames record
+//     without a fault reaching the protocol (track_writes, collect_written).
 // Two implementations: AddressSpace (memory/address_space.h: a memfd mapped twice, mprotect and
-// SIGSEGV) for real nodes, and the simulator's frames (src/sim), where application accesses are
-// checked in software against the protection last set.
+// SIGSEGV, userfaultfd write protection for tracking) for real nodes, and the simulator's frames
+// (src/sim), where application accesses are checked in software against the protection last set.
 //
 // Thread safety: all methods may be called from any thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 namespace loom::memory {
 
@@ -24,6 +28,12 @@ using PageId = uint64_t;  // index of a page in the region
 
 enum class Prot : uint8_t { kNone = 0, kRead = 1, kReadWrite = 3 };
 const char* prot_name(Prot p);
+
+// Pages [first, first+count).
+struct PageRun {
+  PageId first;
+  size_t count;
+};
 
 // The shared pages form one id space: first the *heap region* (pages 0 .. heap_pages()-1, at
 // app_base(), where the heap allocates), then optionally a *static segment* (a program's own
@@ -65,6 +75,30 @@ class PageFrames {
   // (a node's copy of a page is otherwise allocated by the kernel at its first use, which costs
   // microseconds). Changes no contents and no protection; may do nothing.
   virtual void back(PageId p) { (void)p; }
+
+  // --- Write tracking (optional) -------------------------------------------------------------
+  // Frames that can track writes keep a write-protect bit per page beside its protection: an
+  // *armed* page may be open for writing (protect(kReadWrite)), and the application's first
+  // write to it after arming goes through without a fault reaching the protocol but disarms it,
+  // which collect_written() reports. The bit is independent of protect(): no protection change
+  // arms, disarms or reports a page. Writes through sys_page() are never recorded. A page never
+  // armed counts as written.
+  virtual bool can_track_writes() const { return false; }
+  // How application writes are detected, for statistics: "uffd-wp async" or "mprotect".
+  virtual const char* write_detection() const { return "mprotect"; }
+  // Arms pages [first, first+count). REQUIRES: can_track_writes().
+  virtual void track_writes(PageId first, size_t count) {
+    (void)first;
+    (void)count;
+  }
+  // Appends to *written, in ascending order, the pages of `runs` (ascending, disjoint) that are
+  // not armed (written since they were armed), and arms them again, each atomically: a write
+  // that lands after a page was looked at is reported by the next call. A write that was
+  // reported is already in the page's bytes when this returns. REQUIRES: can_track_writes().
+  virtual void collect_written(std::span<const PageRun> runs, std::vector<PageId>* written) {
+    (void)runs;
+    (void)written;
+  }
 
  protected:
   PageFrames() = default;

@@ -61,7 +61,10 @@ struct PageEntry {
   Prot prot = Prot::kNone;                 // intended protection of the application view
   bool fetching = false;                   // a thread of this node is fetching the page
   bool in_dirty_list = false;  // listed in the node's dirty pages of the current interval
-  uint32_t last_flush = 0;     // interval of this node's last diff sent for the page
+  // HLRC at the home: the page is open for writing while the frames track its writes
+  // (PageFrames::track_writes); a release finds them (docs/protocols/hlrc.md#write-tracking).
+  bool write_tracked = false;
+  uint32_t last_flush = 0;  // interval of this node's last diff sent for the page
   std::unique_ptr<std::byte[]> twin;
   VersionVec required;  // writes this node must see before using the page
   VersionVec version;   // writes the copy (or, at the home, the master) includes

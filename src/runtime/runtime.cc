@@ -348,8 +348,12 @@ void Runtime::start_memory() {
   }
   memory::AddressSpace::StaticSegment data = g_program_data;
   data.keep_contents = comm_->rank() == 0;
+  // note: the config table checked the value.
+  const memory::AddressSpace::WriteDetect detect =
+      memory::AddressSpace::parse_write_detect(config_.get_string("WRITE_DETECT"))
+          .value_or(memory::AddressSpace::WriteDetect::kAuto);
   Result<std::unique_ptr<memory::AddressSpace>> space =
-      memory::AddressSpace::create(base, size, data);
+      memory::AddressSpace::create(base, size, data, detect);
   if (!space) {
     bootstrap_->abort_job(space.status().message());
     log::die(kExitConfig, space.status().message());
@@ -466,6 +470,13 @@ nlohmann::json Runtime::dsm_json() const {
   j["object_views_sent"] = v(o.views_sent);
   j["objects_created"] = v(o.created);
   memory::AddressSpace::Stats as = space_->stats();
+  j["write_detection"] = space_->write_detection();
+  j["write_tracking_arms"] = v(c.wp_arms);
+  j["write_tracking_drops"] = v(c.wp_drops);
+  j["write_tracking_scans"] = v(c.wp_scans);
+  j["write_tracking_written"] = v(c.wp_written);
+  j["uffd_writeprotect_calls"] = as.wp_arm_calls;
+  j["pagemap_scan_calls"] = as.wp_scan_calls;
   j["protect_calls"] = as.protect_calls;
   j["protection_collapses"] = as.collapses;
   j["backed_bytes"] = as.backed_bytes;

@@ -7,7 +7,7 @@ namespace loom::sim {
 using memory::PageId;
 using memory::Prot;
 
-SimFrames::SimFrames(uintptr_t base, size_t size) {
+SimFrames::SimFrames(uintptr_t base, size_t size, bool track_writes) : tracking_(track_writes) {
   app_ = reinterpret_cast<std::byte*>(base);
   size_ = size;
 }
@@ -30,6 +30,21 @@ void SimFrames::protect(PageId first, size_t count, Prot prot) {
       prot_.erase(p);
     else
       prot_[p] = prot;
+  }
+}
+
+void SimFrames::track_writes(PageId first, size_t count) {
+  LOOM_CHECK(tracking_ && first + count <= num_pages(), "track_writes({}, {})", first, count);
+  for (PageId p = first; p < first + count; ++p) armed_.insert(p);
+}
+
+void SimFrames::collect_written(std::span<const memory::PageRun> runs,
+                                std::vector<PageId>* written) {
+  LOOM_CHECK(tracking_, "collect_written without write tracking");
+  for (const memory::PageRun& r : runs) {
+    LOOM_CHECK(r.first + r.count <= num_pages(), "collect_written({}, {})", r.first, r.count);
+    for (PageId p = r.first; p < r.first + r.count; ++p)
+      if (armed_.insert(p).second) written->push_back(p);
   }
 }
 

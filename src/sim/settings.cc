@@ -79,6 +79,15 @@ const std::vector<Setting>& settings() {
        {0, 1},
        [](const Options& o) -> uint64_t { return o.lazy_release ? 1 : 0; },
        [](Options& o, uint64_t v) { o.lazy_release = v != 0; }},
+      {"write-tracking",
+       "Home pages open for writing while the frames record their writes, found at releases "
+       "(LOOM_WRITE_DETECT=uffd; 0: mprotect, a fault per first write in each interval)",
+       "hlrc",
+       0,
+       1,
+       {0, 1},
+       [](const Options& o) -> uint64_t { return o.write_tracking ? 1 : 0; },
+       [](Options& o, uint64_t v) { o.write_tracking = v != 0; }},
       {"lock-fairness",
        "Lock hand-offs to threads of the same node before a waiting node is served "
        "(LOOM_LOCK_FAIRNESS)",

@@ -106,7 +106,7 @@ Simulation::Simulation(Options options)
     node->comm->set_fatal_handler([this, n](const Status& why) {
       fail(Status(why.code(), fmt::format("node {}: {}", n, why.message())));
     });
-    node->frames = std::make_unique<SimFrames>(kRegionBase, bytes);
+    node->frames = std::make_unique<SimFrames>(kRegionBase, bytes, opts_.write_tracking);
     // note: small stripes and blocks keep a simulated node's page table to a few kilobytes.
     node->table = std::make_unique<memory::PageTable>(node->frames->num_pages(),
                                                       memory::PageTable::Geometry{16, 9});
@@ -418,6 +418,8 @@ void Thread::access(uint64_t addr, size_t len, bool is_write) {
       break;
     }
   }
+  if (is_write)
+    for (memory::PageId pg = first; pg <= last; ++pg) f.note_write(pg);
 }
 
 // Copies `len` bytes between `buf` and the node's frames at `addr` (to the frames if

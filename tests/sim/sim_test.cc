@@ -258,6 +258,68 @@ TEST(ScenarioTest, AnUnusedPushIsDeclinedAndNotSentAgain) {
   EXPECT_EQ(reader.pushes_used.load(), 0u);
 }
 
+// Write tracking (docs/protocols/hlrc.md#write-tracking): a home writes a page another node
+// reads in consecutive intervals. With tracking, only the private page's first write faults;
+// each later write is found by the release's scan, and its notice still invalidates the reader's
+// copy (the reader's EXPECT fails if a scan's result were dropped: the `ignore_written` mutant).
+// After kHotIdle barriers without a write the page leaves the hot set, and the next write faults
+// again. Without tracking, every interval's first write faults.
+TEST(ScenarioTest, HomeWritesInConsecutiveIntervalsInvalidateCopies) {
+  constexpr uint64_t kSteps = 6, kIdle = 6;
+  for (bool tracking : {true, false}) {
+    SCOPED_TRACE(tracking ? "write tracking" : "mprotect");
+    Options o;
+    o.nodes = 2;
+    o.write_tracking = tracking;
+    o.hlrc.push_pages = 0;  // the reader fetches every new version
+    o.hlrc.prefetch = false;
+    Simulation sim(o);
+    auto addr = std::make_shared<uint64_t>(0);
+    sim.spawn(0, [addr](Thread& t) {
+      *addr = t.alloc(4096, memory::Placement::kNode, 0);
+      t.write(*addr, 1);
+      t.barrier(barrier_id(0), 2);
+      t.barrier(barrier_id(0), 2);  // node 1 holds a copy
+      for (uint64_t k = 0; k < kSteps; ++k) {
+        t.write(*addr + 8 * k, 100 + k);
+        t.barrier(barrier_id(0), 2);
+        t.barrier(barrier_id(0), 2);  // node 1 has read it
+      }
+      for (uint64_t k = 0; k < kIdle; ++k) t.barrier(barrier_id(0), 2);
+      t.write(*addr, 7);
+      t.barrier(barrier_id(0), 2);
+    });
+    sim.spawn(1, [addr](Thread& t) {
+      t.barrier(barrier_id(0), 2);
+      EXPECT_EQ(t.read(*addr), 1u);
+      t.barrier(barrier_id(0), 2);
+      for (uint64_t k = 0; k < kSteps; ++k) {
+        t.barrier(barrier_id(0), 2);
+        EXPECT_EQ(t.read(*addr + 8 * k), 100 + k) << "step " << k;
+        t.barrier(barrier_id(0), 2);
+      }
+      for (uint64_t k = 0; k < kIdle; ++k) t.barrier(barrier_id(0), 2);
+      t.barrier(barrier_id(0), 2);
+      EXPECT_EQ(t.read(*addr), 7u);
+    });
+    Status s = sim.run();
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    const auto& home = sim.hlrc_counters(0);
+    const auto& reader = sim.hlrc_counters(1);
+    EXPECT_GE(reader.invalidations.load(), kSteps + 1);
+    if (tracking) {
+      // The private page's first write, and the write after the page left the hot set.
+      EXPECT_EQ(home.write_faults.load(), 2u);
+      EXPECT_EQ(home.wp_written.load(), kSteps);
+      EXPECT_EQ(home.wp_arms.load(), 2u);  // when shared, and after the last write
+      EXPECT_EQ(home.wp_drops.load(), 1u);
+    } else {
+      EXPECT_EQ(home.write_faults.load(), kSteps + 2);
+      EXPECT_EQ(home.wp_scans.load(), 0u);
+    }
+  }
+}
+
 // EP without prefetch: each other node fetches its two pages (Q and S rows, both homed at node
 // 0) on its first write (4), sends one diff message to node 0 (1) and takes part in the barrier
 // (2).

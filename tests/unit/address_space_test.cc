@@ -123,5 +123,112 @@ TEST(AddressSpace, ScatteredProtectionsNeverFailWithENOMEM) {
   EXPECT_LT(count_mappings(), 65530);
 }
 
+// --- Write tracking (uffd-wp async and PAGEMAP_SCAN) -----------------------------------------
+
+// A region whose writes are tracked, or a skip naming why the kernel cannot (the fallback then
+// runs, tested below).
+std::unique_ptr<AddressSpace> tracked_space(size_t bytes) {
+  auto as = AddressSpace::create(kBase, bytes, {}, AddressSpace::WriteDetect::kAuto);
+  if (!as || !(*as)->can_track_writes()) return nullptr;
+  return std::move(*as);
+}
+
+std::vector<PageId> collect(AddressSpace& a, std::vector<PageRun> runs) {
+  std::vector<PageId> out;
+  a.collect_written(runs, &out);
+  return out;
+}
+
+TEST(AddressSpace, TrackedPagesReportExactlyTheWrittenOnes) {
+  std::unique_ptr<AddressSpace> as = tracked_space(8 << 20);
+  if (!as) GTEST_SKIP() << "no asynchronous userfaultfd write protection here";
+  AddressSpace& a = *as;
+  EXPECT_STREQ(a.write_detection(), "uffd-wp async");
+  a.protect(0, 16, Prot::kReadWrite);
+  for (PageId p = 0; p < 16; ++p) a.app_page(p)[0] = std::byte{1};  // present in the view
+  a.track_writes(0, 16);
+  EXPECT_EQ(collect(a, {{0, 16}}), std::vector<PageId>{});
+  a.app_page(1)[7] = std::byte{2};
+  a.app_page(3)[0] = std::byte{2};
+  a.app_page(4)[4095] = std::byte{2};
+  a.sys_page(5)[0] = std::byte{2};  // the system view's writes are not the application's
+  (void)*reinterpret_cast<volatile std::byte*>(a.app_page(6));  // nor are reads
+  EXPECT_EQ(collect(a, {{0, 16}}), (std::vector<PageId>{1, 3, 4}));
+  EXPECT_EQ(a.app_page(4)[4095], std::byte{2});
+  // Collected pages are armed again: nothing until the next write.
+  EXPECT_EQ(collect(a, {{0, 16}}), std::vector<PageId>{});
+  a.app_page(3)[1] = std::byte{3};
+  a.app_page(9)[1] = std::byte{3};
+  // Only the runs asked about are looked at (and armed again).
+  EXPECT_EQ(collect(a, {{0, 4}, {8, 1}}), (std::vector<PageId>{3}));
+  EXPECT_EQ(collect(a, {{0, 16}}), (std::vector<PageId>{9}));
+  EXPECT_GT(a.stats().wp_scan_calls, 0u);
+  EXPECT_GT(a.stats().wp_arm_calls, 0u);
+}
+
+TEST(AddressSpace, ProtectionChangesNeitherReportNorLoseWrites) {
+  std::unique_ptr<AddressSpace> as = tracked_space(8 << 20);
+  if (!as) GTEST_SKIP() << "no asynchronous userfaultfd write protection here";
+  AddressSpace& a = *as;
+  a.protect(0, 8, Prot::kReadWrite);
+  for (PageId p = 0; p < 8; ++p) a.app_page(p)[0] = std::byte{1};
+  a.track_writes(0, 8);
+  a.protect(0, 8, Prot::kNone);
+  a.protect(0, 8, Prot::kReadWrite);
+  EXPECT_EQ(collect(a, {{0, 8}}), std::vector<PageId>{});
+  a.app_page(2)[0] = std::byte{2};
+  a.protect(0, 8, Prot::kNone);  // closed (a collapse does the same to the whole view)
+  a.protect(0, 8, Prot::kRead);
+  a.protect(0, 8, Prot::kReadWrite);
+  EXPECT_EQ(collect(a, {{0, 8}}), (std::vector<PageId>{2}));
+}
+
+TEST(AddressSpace, ManyScatteredWrittenPagesAreAllReported) {
+  // More separate written runs than collect_written's buffer holds (64): it goes on where the
+  // kernel stopped.
+  std::unique_ptr<AddressSpace> as = tracked_space(8 << 20);
+  if (!as) GTEST_SKIP() << "no asynchronous userfaultfd write protection here";
+  AddressSpace& a = *as;
+  const size_t pages = 600;
+  a.protect(0, pages, Prot::kReadWrite);
+  a.track_writes(0, pages);
+  std::vector<PageId> expect;
+  for (PageId p = 0; p < pages; p += 3) {
+    a.app_page(p)[0] = std::byte{1};
+    expect.push_back(p);
+  }
+  EXPECT_EQ(collect(a, {{0, pages}}), expect);
+  EXPECT_EQ(collect(a, {{0, pages}}), std::vector<PageId>{});
+}
+
+TEST(AddressSpace, StaticSegmentPagesAreTrackedToo) {
+  constexpr size_t kLen = 2 * kPageBytes;
+  void* data = ::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(data, MAP_FAILED);
+  auto as = AddressSpace::create(kBase, 8 << 20,
+                                 {reinterpret_cast<uintptr_t>(data), kLen, /*keep_contents=*/true});
+  ASSERT_TRUE(as) << as.status().to_string();
+  AddressSpace& a = **as;
+  if (!a.can_track_writes()) GTEST_SKIP() << "no asynchronous userfaultfd write protection here";
+  const PageId last_heap = a.heap_pages() - 1;
+  a.protect(last_heap, 1, Prot::kReadWrite);
+  // One range from the heap region into the segment: two mappings.
+  a.track_writes(last_heap, 3);
+  static_cast<char*>(data)[kPageBytes] = 'x';
+  a.app_page(last_heap)[0] = std::byte{1};
+  EXPECT_EQ(collect(a, {{last_heap, 3}}), (std::vector<PageId>{last_heap, last_heap + 2}));
+}
+
+TEST(AddressSpace, MprotectDetectionTracksNothing) {
+  auto as = AddressSpace::create(kBase, 8 << 20, {}, AddressSpace::WriteDetect::kMprotect);
+  ASSERT_TRUE(as) << as.status().to_string();
+  EXPECT_FALSE((*as)->can_track_writes());
+  EXPECT_STREQ((*as)->write_detection(), "mprotect");
+  EXPECT_EQ(AddressSpace::parse_write_detect("mprotect"), AddressSpace::WriteDetect::kMprotect);
+  EXPECT_EQ(AddressSpace::parse_write_detect("uffd"), AddressSpace::WriteDetect::kUffd);
+  EXPECT_EQ(AddressSpace::parse_write_detect("auto"), AddressSpace::WriteDetect::kAuto);
+  EXPECT_FALSE(AddressSpace::parse_write_detect("soft-dirty"));
+}
+
 }  // namespace
 }  // namespace loom::memory

@@ -130,6 +130,23 @@ Stream& stream_for(PageId page, uint32_t max_window) {
   return *lru;
 }
 
+// Write tracking: a hot page found unwritten by this many releases in a row is write-protected
+// again (a fault per first write), so that releases scan only pages the home writes now.
+constexpr uint32_t kHotIdleReleases = 4;
+
+// Runs of consecutive pages of `pages` (ascending).
+template <class Pages>
+std::vector<memory::PageRun> runs_of(const Pages& pages) {
+  std::vector<memory::PageRun> runs;
+  for (PageId p : pages) {
+    if (!runs.empty() && runs.back().first + runs.back().count == p)
+      ++runs.back().count;
+    else
+      runs.push_back({p, 1});
+  }
+  return runs;
+}
+
 // The new home's answer to a home offer.
 struct HomeAnswer {
   uint64_t page;
@@ -170,6 +187,7 @@ Hlrc::Hlrc(comm::Comm& comm, memory::PageFrames& space, memory::PageTable& table
       me_(comm.rank()),
       nodes_(comm.size()),
       opts_(options),
+      track_writes_(space.can_track_writes()),
       store_(comm.size()),
       applied_(comm.size(), 0),
       next_gc_at_(options.gc_threshold) {}
@@ -256,11 +274,12 @@ std::string Hlrc::dump_page(PageId page) {
   PageEntry* e = table_.find(page);
   if (e == nullptr) return fmt::format("page {}: no entry", page);
   return fmt::format(
-      "page {} on node {}: home={} (moved {}x) state={} prot={} fetching={} dirty={} twin={} "
-      "last_flush={} required={} version={} streak={}x{} readers={}",
+      "page {} on node {}: home={} (moved {}x) state={} prot={} fetching={} dirty={} tracked={} "
+      "twin={} last_flush={} required={} version={} streak={}x{} readers={}",
       page, me_, e->home, e->home_moves, state_name(e->state), memory::prot_name(e->prot),
-      e->fetching, e->in_dirty_list, e->twin != nullptr, e->last_flush, e->required.to_string(),
-      e->version.to_string(), e->streak_writer, e->streak, fmt::join(e->copyset, ","));
+      e->fetching, e->in_dirty_list, e->write_tracked, e->twin != nullptr, e->last_flush,
+      e->required.to_string(), e->version.to_string(), e->streak_writer, e->streak,
+      fmt::join(e->copyset, ","));
 }
 
 void Hlrc::init_static_pages() {
@@ -321,6 +340,21 @@ void Hlrc::add_dirty(PageId page, PageEntry& e) {
   if (e.in_dirty_list) return;
   e.in_dirty_list = true;
   dirty_.add(page);
+}
+
+void Hlrc::arm_locked(PageId page, PageEntry& e) {
+  // note: listed before it is armed. A thread whose write the frames record after the arming
+  // (no fault) and that then releases must find the page in armed_: the listing happens before
+  // the arming, and the arming before that write (the kernel orders both under the page-table
+  // lock).
+  {
+    MutexLock al(armed_mu_);
+    armed_.push_back(page);
+    tracking_.store(true, std::memory_order_release);
+  }
+  space_.track_writes(page, 1);
+  e.write_tracked = true;
+  counters_.wp_arms.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool Hlrc::on_fault(void* addr, bool is_write) {
@@ -420,8 +454,10 @@ bool Hlrc::fault_home(PageId page, PageEntry& e, bool is_write, MutexLock& held)
       e.prot = Prot::kReadWrite;
       break;
     case PageState::kHomeShared:
-      if (is_write) add_dirty(page, e);
-      e.prot = e.in_dirty_list ? Prot::kReadWrite : Prot::kRead;
+      // A tracked page (closed while diffs it needed were missing, or after a collapse) opens for
+      // writing again; the frames record the write this fault retries.
+      if (is_write && !e.write_tracked) add_dirty(page, e);
+      e.prot = e.in_dirty_list || e.write_tracked ? Prot::kReadWrite : Prot::kRead;
       break;
     default:
       log::fatal(fmt::format("home page in a cached-copy state: {}", dump_page(page)));
@@ -597,8 +633,16 @@ void Hlrc::release_from_handler() {
 
 void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> written) {
   std::vector<PageId> pages = dirty_.take();
+  std::vector<PageId> unarmed;  // dropped for home migration: not armed again now
+  if (tracking_.load(std::memory_order_acquire)) {
+    // Tracked home pages written in this interval: announced as the listed ones are.
+    std::vector<PageId> found = scan_hot(&unarmed);
+    if (opts_.mutant == Options::Mutant::kIgnoreWritten) found.clear();
+    pages.insert(pages.end(), found.begin(), found.end());
+  }
   if (pages.empty() && written.empty()) return;
   std::sort(pages.begin(), pages.end());
+  pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
   const uint32_t interval = next.interval;
   {
     MutexLock l(notices_mu_);
@@ -607,7 +651,8 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
                store_.known()[me_] + 1, store_.to_string());
   }
   std::map<int32_t, DiffBatch> batches;
-  std::vector<PageId> push;  // home pages with readers (barrier pushes)
+  std::vector<PageId> push;       // home pages with readers (barrier pushes)
+  std::vector<PageId> armed_now;  // home pages that join the hot set (write tracking)
   Record rec{
       .writer = me_, .interval = interval, .lamport = next.lamport, .pages = {}, .blocks = {}};
   // note: in batches of kStripeBatch pages, so a thread holds a bounded number of stripe locks
@@ -615,12 +660,35 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
   in_stripe_batches(table_, pages, [&](const std::vector<PageId>& batch) {
     // Write-protect first: a local thread writing meanwhile now faults and waits for the
     // stripe, so the diff below sees every write of this interval and none of the next.
-    std::vector<PageId> open;
+    // Home-shared pages, if the frames can track writes, are armed instead and stay open: a
+    // write after the arming is the next interval's, found by the next release's scan (pages
+    // already tracked were armed again by this release's scan).
+    std::vector<PageId> open, arm, reopen;
     for (PageId p : batch) {
-      const PageEntry& e = table_.at(p);
+      PageEntry& e = table_.at(p);
+      if (track_writes_ && e.home == static_cast<int32_t>(me_) &&
+          e.state == st(PageState::kHomeShared) &&
+          !std::binary_search(unarmed.begin(), unarmed.end(), p)) {
+        if (e.write_tracked) continue;
+        arm.push_back(p);
+        e.write_tracked = true;
+        // (read-only: dropped from the hot set by this release, and written since its scan)
+        if (e.prot == Prot::kRead) {
+          e.prot = Prot::kReadWrite;
+          reopen.push_back(p);
+        }
+        continue;
+      }
       if (e.prot == Prot::kReadWrite && e.state != st(PageState::kHomePrivate)) open.push_back(p);
     }
     protect_ranges(open, Prot::kRead);
+    if (!arm.empty()) {
+      for (const memory::PageRun& r : runs_of(arm)) space_.track_writes(r.first, r.count);
+      protect_ranges(reopen, Prot::kReadWrite);
+      tracking_.store(true, std::memory_order_release);
+      counters_.wp_arms.fetch_add(arm.size(), std::memory_order_relaxed);
+      armed_now.insert(armed_now.end(), arm.begin(), arm.end());
+    }
     for (PageId p : batch) {
       PageEntry& e = table_.at(p);
       e.in_dirty_list = false;
@@ -631,7 +699,7 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
       }
       if (e.home == static_cast<int32_t>(me_)) {
         e.version.raise(me_, interval);
-        if (e.prot == Prot::kReadWrite) e.prot = Prot::kRead;
+        if (e.prot == Prot::kReadWrite && !e.write_tracked) e.prot = Prot::kRead;
         // The home writes it too: the page stays (home migration). The streak then counts the
         // home's releases of the page in a row, with no other node's diff in between.
         if (e.streak_writer == static_cast<int32_t>(me_)) {
@@ -681,6 +749,7 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
       }
     }
   });
+  for (PageId p : armed_now) hot_.emplace(p, 0);
   if (!push.empty()) {
     MutexLock pl(push_mu_);
     push_candidates_.insert(push_candidates_.end(), push.begin(), push.end());
@@ -729,6 +798,71 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
     Status s = comm_.send(static_cast<comm::NodeId>(home), msg::kDiffs, payload);
     LOOM_CHECK(s.is_ok(), "sending diffs to node {}: {}", home, s.to_string());
   }
+}
+
+std::vector<PageId> Hlrc::scan_hot(std::vector<PageId>* unarmed) {
+  std::vector<PageId> untrack;
+  {
+    MutexLock al(armed_mu_);
+    for (PageId p : armed_) hot_.emplace(p, 0);
+    armed_.clear();
+    untrack.swap(untrack_);
+    // note: under armed_mu_, where arm_locked sets it: an arming cannot be missed.
+    if (hot_.empty()) tracking_.store(false, std::memory_order_relaxed);
+  }
+  std::vector<PageId> found;
+  if (hot_.empty()) return found;
+  std::vector<PageId> hot;
+  hot.reserve(hot_.size());
+  for (const auto& [p, idle] : hot_) hot.push_back(p);
+  // note: no stripe lock is needed: only releases (serialized by release_mu_) take pages out of
+  // the hot set, and a page in it stays a tracked home page meanwhile (maybe_offer_locked leaves
+  // it alone).
+  space_.collect_written(runs_of(hot), &found);
+  counters_.wp_scans.fetch_add(1, std::memory_order_relaxed);
+  counters_.wp_written.fetch_add(found.size(), std::memory_order_relaxed);
+  std::vector<PageId> idle;
+  auto f = found.begin();
+  for (auto& [p, unwritten] : hot_) {
+    while (f != found.end() && *f < p) ++f;
+    if (f != found.end() && *f == p)
+      unwritten = 0;
+    else if (++unwritten >= kHotIdleReleases)
+      idle.push_back(p);
+  }
+  // Pages home migration would offer leave too, and stay out (write-protected) even if written
+  // now, so that a diff that arrives before the home writes them again can offer them.
+  for (PageId p : untrack) {
+    if (hot_.count(p) == 0) continue;
+    idle.push_back(p);
+    unarmed->push_back(p);
+  }
+  std::sort(unarmed->begin(), unarmed->end());
+  std::sort(idle.begin(), idle.end());
+  idle.erase(std::unique(idle.begin(), idle.end()), idle.end());
+  if (!idle.empty()) drop_hot(idle, &found);
+  return found;
+}
+
+void Hlrc::drop_hot(const std::vector<PageId>& pages, std::vector<PageId>* found) {
+  in_stripe_batches(table_, pages, [&](const std::vector<PageId>& batch) {
+    // Write-protect first, then look once more: a write that landed since the scan belongs to
+    // this interval, and a later one faults (and lists the page) as before tracking.
+    std::vector<PageId> open;
+    for (PageId p : batch) {
+      PageEntry& e = table_.at(p);
+      LOOM_CHECK(e.write_tracked, "hot page not tracked: {}", dump_page(p));
+      e.write_tracked = false;
+      if (e.prot == Prot::kReadWrite) {
+        e.prot = Prot::kRead;
+        open.push_back(p);
+      }
+    }
+    protect_ranges(open, Prot::kRead);
+    space_.collect_written(runs_of(batch), found);
+    counters_.wp_drops.fetch_add(batch.size(), std::memory_order_relaxed);
+  });
+  for (PageId p : pages) hot_.erase(p);
 }
 
 void Hlrc::collect_garbage() {
@@ -1432,8 +1566,13 @@ bool Hlrc::share_locked(PageId page, PageEntry& e, comm::NodeId reader) {
     // release would announce a page nobody wrote since the copy, invalidating every copy of
     // it, and the listed page could not move (maybe_offer_locked) until the home released
     // again, which an idle home never does.
+    // If the frames track writes, arm it instead and leave it open: a later write is recorded
+    // without a fault and announced by the next release's scan, which reports only pages
+    // written since (docs/protocols/hlrc.md#write-tracking).
     e.state = st(PageState::kHomeShared);
-    if (e.prot == Prot::kReadWrite) {
+    if (e.prot == Prot::kReadWrite && track_writes_) {
+      arm_locked(page, e);
+    } else if (e.prot == Prot::kReadWrite) {
       e.prot = Prot::kRead;
       space_.protect(page, 1, e.prot);
     }
@@ -1747,6 +1886,14 @@ void Hlrc::maybe_offer_locked(PageId page, PageEntry& e, std::vector<Outgoing>* 
   {
     MutexLock h(held_mu_);
     if (held_diffs_.count(page) != 0) return;  // a writer's chain is incomplete here
+  }
+  if (e.write_tracked) {
+    // A tracked page (write tracking) may hold writes of this interval that only the next
+    // release's scan will find: not offered now. The next release drops it from the hot set
+    // (announcing what the home wrote); the next diff after that may offer it.
+    MutexLock al(armed_mu_);
+    untrack_.push_back(page);
+    return;
   }
   const auto to = static_cast<comm::NodeId>(e.streak_writer);
   e.streak = 0;

@@ -97,7 +97,11 @@ struct Counters {
       // fetch-ahead and batched prefetch: extra pages installed here, and sent as a home
       pages_ahead{0}, pages_sent_ahead{0},
       // causal fetch: fetches whose copy was newer than this node's notices
-      causal_fetches{0};
+      causal_fetches{0},
+      // write tracking at the home: pages armed (they join the hot set), pages dropped from it
+      // (back to a fault per first write), scans of the hot set at releases, and the pages
+      // they found written
+      wp_arms{0}, wp_drops{0}, wp_scans{0}, wp_written{0};
 };
 
 class Hlrc final : public Protocol, public Consistency {
@@ -138,6 +142,7 @@ class Hlrc final : public Protocol, public Consistency {
       kDropLocalWrites,  // a refetched copy loses its unreleased local writes (no two-way diff)
       kMoveUnforwarded,  // an old home does not forward the diffs it held during the offer
       kPushStale,        // a pushed copy is installed even if it lacks required writes
+      kIgnoreWritten,    // a release leaves out the tracked pages its scan found written
     };
     Mutant mutant = Mutant::kNone;
   };
@@ -160,7 +165,10 @@ class Hlrc final : public Protocol, public Consistency {
   // Consistency (HLRC alone, as in the simulator's HLRC-only nodes): HLRC sends its diffs at
   // every release, whatever it is for.
   void release(ReleaseKind /*kind*/) override { release(); }
-  bool has_release_work(ReleaseKind /*kind*/) const override { return !dirty_.empty(); }
+  // note: a hot set (write tracking) may hold writes no fault listed: only its scan tells.
+  bool has_release_work(ReleaseKind /*kind*/) const override {
+    return !dirty_.empty() || tracking_.load(std::memory_order_acquire);
+  }
   // The notice core's side of a release when several protocols take part (Platform::release):
   // the label the next interval of this node gets, and closing it with the pages other
   // protocols wrote in it (`written`; they appear in the record next to HLRC's own pages).
@@ -241,6 +249,17 @@ class Hlrc final : public Protocol, public Consistency {
       REQUIRES(table_.lock_of(page));
   bool fetch(memory::PageId page, bool is_write);
   void add_dirty(memory::PageId page, memory::PageEntry& e);
+  // Write tracking (docs/protocols/hlrc.md#write-tracking). A home page that becomes shared while
+  // open for writing: armed instead of write-protected, for the next release's hot set.
+  void arm_locked(memory::PageId page, memory::PageEntry& e) REQUIRES(table_.lock_of(page));
+  // At a release: the hot set's pages written since the last release (each armed again), after
+  // dropping back to write-protection the pages that stayed unwritten kHotIdleReleases times and
+  // those home migration asked for (*unarmed, sorted: not to be armed again by this release).
+  std::vector<memory::PageId> scan_hot(std::vector<memory::PageId>* unarmed) REQUIRES(release_mu_);
+  // Drops `pages` (sorted) from the hot set: read-only again; appends to *found those written
+  // since the scan.
+  void drop_hot(const std::vector<memory::PageId>& pages, std::vector<memory::PageId>* found)
+      REQUIRES(release_mu_);
   // A valid copy's first write in the interval: twin := `base` (the copy's contents), writable,
   // in the dirty list. The caller sets the protection.
   void open_for_writing(memory::PageId page, memory::PageEntry& e, const std::byte* base);
@@ -390,6 +409,19 @@ class Hlrc final : public Protocol, public Consistency {
 
   // One release at a time per node (intervals are per node).
   Mutex release_mu_;
+  // Write tracking (docs/protocols/hlrc.md#write-tracking), if the frames can. The hot set: home
+  // pages open for writing whose writes the frames record (PageEntry::write_tracked), each with
+  // the number of releases in a row that found it unwritten; only releases change it. Pages armed
+  // elsewhere (share_locked, on the server thread) wait in armed_ for the next release.
+  // Invariant: write_tracked <=> in hot_ or armed_.
+  const bool track_writes_;
+  std::map<memory::PageId, uint32_t> hot_ GUARDED_BY(release_mu_);
+  Mutex armed_mu_;  // a leaf
+  std::vector<memory::PageId> armed_ GUARDED_BY(armed_mu_);
+  // Tracked pages home migration would offer (maybe_offer_locked): the next release drops them
+  // from the hot set, so that a later diff can offer them.
+  std::vector<memory::PageId> untrack_ GUARDED_BY(armed_mu_);
+  std::atomic<bool> tracking_{false};  // hot_ or armed_ may be non-empty: releases scan
   // One acquire at a time applies notices.
   Mutex acquire_mu_;
 
