@@ -5,7 +5,7 @@
 # usage: fail_matrix.sh LAUNCHER FAIL_CHECK PHASE [NODES]
 #   LAUNCHER    path to loomrun, or "mpirun" (Open MPI; skipped if it is not installed)
 #   FAIL_CHECK  the fail_check program (tests/mp/fail_check.cc)
-#   PHASE       boot | setup | run | shutdown | exit  (src/runtime/fault_inject.h: boot = before
+#   PHASE       boot | setup | run | shutdown | exit | all  (fault_inject.h: boot = before
 #               the node joins, setup = between the address exchange and the start-up barrier,
 #               run = at a barrier of the program, shutdown = between the shutdown barriers,
 #               exit = after the last shutdown barrier)
@@ -29,6 +29,8 @@
 # One line per job: "phase action victim status seconds" (seconds from the injection to the
 # launcher's exit), then "stop times PHASE LAUNCHER: median M s, max X s over N jobs".
 #
+# FAIL_MATRIX_ACTIONS="kill exit exit0" runs only those actions (the short variant of the test suite).
+#
 # The bounds default to short values so that the matrix runs in minutes; FAIL_MATRIX_DEFAULTS=1
 # keeps Loom's defaults (the figures in bench/RESULTS.md).
 set -u
@@ -46,10 +48,17 @@ else
   limit=30
 fi
 
+if [[ $phase == all ]]; then
+  # Every phase, one after another (the short variant: with FAIL_MATRIX_ACTIONS).
+  status=0
+  for p in boot setup run shutdown exit; do "$0" "$launcher" "$check" "$p" "$nodes" || status=1; done
+  exit $status
+fi
+
 case $phase in
   run) actions=(kill stop exit exit0 hang return return1 finalize) ;;
   boot | setup | shutdown | exit) actions=(kill stop exit exit0 hang) ;;
-  *) echo "usage: fail_matrix.sh LAUNCHER FAIL_CHECK boot|setup|run|shutdown|exit [NODES]"; exit 64 ;;
+  *) echo "usage: fail_matrix.sh LAUNCHER FAIL_CHECK boot|setup|run|shutdown|exit|all [NODES]"; exit 64 ;;
 esac
 
 work=$(mktemp -d)
@@ -72,6 +81,8 @@ times=()
 for i in "${!actions[@]}"; do
   action=${actions[$i]}
   victim=$(( (i + 1) % nodes ))
+  # Only the chosen actions (each keeps its victim from the full matrix).
+  [[ -n ${FAIL_MATRIX_ACTIONS:-} && " $FAIL_MATRIX_ACTIONS " != *" $action "* ]] && continue
   out=$work/out
   jobtmp=$work/tmp.$i
   mkdir -p "$jobtmp"
