@@ -372,6 +372,10 @@ const Status& Comm::wait(Completion& c) {
 // --- Arrivals ------------------------------------------------------------------------------
 
 void Comm::on_arrival(Arrival& a) {
+  // why: once the job has failed and the fatal handler ends the process, no handler needs to run
+  // any more, and one that did could trip over the failure (a send to the dead node) while the
+  // fatal handler progresses the network to get its abort messages out.
+  if (failed() && fatal_ends_process_.load(std::memory_order_acquire)) return;
   Result<WireHeader> hr = decode_header(a.header, a.payload.size(), size_, opts_.job_tag);
   if (!hr) {
     if (hr.status().code() == StatusCode::kRefused) {
@@ -491,6 +495,8 @@ bool Comm::drain_inbox() {
   // note: a push made after this load is seen by the dispatcher's next poll, or, if it is about
   // to sleep, by its last inbox_empty() check (under the mutex) or the eventfd.
   if (!inbox_nonempty_.load(std::memory_order_acquire)) return false;
+  if (failed() && fatal_ends_process_.load(std::memory_order_acquire))
+    return false;  // see on_arrival
   std::vector<Queued> batch;
   {
     MutexLock lock(inbox_mu_);
@@ -510,12 +516,23 @@ bool Comm::drain_inbox() {
 }
 
 void Comm::hold_if_ending(const Status& s) const {
-  if (s.code() != StatusCode::kPeerFailed || on_dispatcher() || t_running_fatal_handler ||
+  if (s.code() != StatusCode::kPeerFailed || t_running_fatal_handler ||
       !fatal_ends_process_.load(std::memory_order_acquire) ||
       shutting_down_.load(std::memory_order_acquire))
     return;
   // A peer failed outside the shutdown: the fatal handler is ending this process (on_peer_failure
   // calls it), so this application thread waits for that instead of seeing a half-failed job.
+  if (on_dispatcher()) {
+    // The dispatcher waits too once the job has failed: a handler that finds its send failing
+    // would otherwise abort the process with a check of its own while the fatal handler, on
+    // another thread, tells the others what failed (seen under mpirun: a lock grant to the
+    // SIGSTOPped node); the fatal handler never needs the dispatcher. But the report may have
+    // to come through the dispatcher itself (the transport's error callback), so it waits only
+    // a moment for it, and else lets the handler see the error.
+    for (int i = 0; i < 100 && !failed(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!failed()) return;
+  }
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
@@ -574,6 +591,7 @@ void Comm::start_monitoring() {
   int64_t now = coarse_now_ns();
   for (uint32_t i = 0; i < size_; ++i) last_heard_ns_[i].store(now, std::memory_order_relaxed);
   monitoring_.store(true, std::memory_order_release);
+  heartbeating_.store(true, std::memory_order_release);
 }
 
 void Comm::stop_monitoring() { monitoring_.store(false, std::memory_order_release); }
@@ -600,9 +618,12 @@ std::vector<NodeId> Comm::monitored_peers() const {
 void Comm::tick(int64_t now) {
   (void)now;  // TODO(simulator): take time from the caller instead of the coarse clock
   DispatchScope scope(this);  // the dispatcher's sends never wait for flow control
-  if (!monitoring_.load(std::memory_order_acquire) || failed()) return;
+  if (!heartbeating_.load(std::memory_order_acquire) || failed()) return;
   // why: the coarse clock is what on_arrival stamps with; comparing like with like.
   int64_t t = coarse_now_ns();
+  // note: heartbeats go on after begin_shutdown (until the server thread stops): a node that
+  // reaches its begin_shutdown late (descheduled, or slow between the shutdown barriers) still
+  // watches its peers, and must not find them silent.
   if (t - last_heartbeat_ns_ >= opts_.heartbeat_ns) {
     last_heartbeat_ns_ = t;
     for (NodeId p : heartbeat_targets()) {
@@ -611,6 +632,7 @@ void Comm::tick(int64_t now) {
       if (!s) LOOM_DEBUG("heartbeat to node {} failed: {}", p, s.to_string());
     }
   }
+  if (!monitoring_.load(std::memory_order_acquire)) return;
   for (NodeId p : monitored_peers()) {
     int64_t silent = t - last_heard_ns_[p].load(std::memory_order_relaxed);
     if (silent > opts_.peer_timeout_ns && peer_alive(p)) {

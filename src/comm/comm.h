@@ -185,7 +185,8 @@ class Comm final : private TransportSink, public Poller {
   void start_monitoring();
   void stop_monitoring();
   // Called once every node has finished (after the first shutdown barrier): stops watching
-  // peers, and failures of connections from then on are expected, not fatal.
+  // peers (heartbeats still go out, for peers that have not got this far), and failures of
+  // connections from then on are expected, not fatal.
   void begin_shutdown();
   // Readable when the inbox has messages for the dispatcher that it may be asleep for.
   int inbox_fd() const { return inbox_fd_; }
@@ -259,8 +260,9 @@ class Comm final : private TransportSink, public Poller {
   // Liveness, one slot per node.
   std::unique_ptr<std::atomic<int64_t>[]> last_heard_ns_;
   std::unique_ptr<std::atomic<bool>[]> dead_;
-  std::atomic<bool> monitoring_{false};
-  int64_t last_heartbeat_ns_ = 0;  // dispatcher only
+  std::atomic<bool> monitoring_{false};    // peers' silence is checked
+  std::atomic<bool> heartbeating_{false};  // heartbeats are sent (from start_monitoring on)
+  int64_t last_heartbeat_ns_ = 0;          // dispatcher only
 
   Mutex regions_mu_;
   std::condition_variable_any regions_cv_;

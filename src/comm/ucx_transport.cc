@@ -180,7 +180,17 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const Options& option
   params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   st = ucp_init(&params, config, &t->context_);
-  if (st != UCS_OK) return Status::io(ucx_error("ucp_init", st));
+  if (st != UCS_OK) {
+    // why: with the transports or devices restricted, "no device" means the setting asks for
+    // something this machine does not have: bad configuration, which the user can fix.
+    if (st == UCS_ERR_NO_DEVICE && (!options.tls.empty() || !options.net_devices.empty()))
+      return Status::invalid_argument(fmt::format(
+          "{}: UCX cannot use {} on this machine (ucp_init: {}; `ucx_info -d` lists what it has)",
+          !options.tls.empty() ? fmt::format("LOOM_TRANSPORTS='{}'", options.tls)
+                               : fmt::format("LOOM_NET_DEVICES='{}'", options.net_devices),
+          !options.tls.empty() ? "these transports" : "these devices", ucs_status_string(st)));
+    return Status::io(ucx_error("ucp_init", st));
+  }
 
   // Both workers: created serialized (worker_mu_, wait_mu_), each with its wakeup descriptor and
   // the active-message handler, told which worker received (for rendezvous receives).

@@ -3,11 +3,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <malloc.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -29,6 +32,8 @@ std::unique_ptr<Runtime> g_runtime;
 // finalize): set once it runs, cleared before it is torn down.
 Mutex g_stop_mu;
 Runtime* g_stop_target GUARDED_BY(g_stop_mu) = nullptr;
+// The runtime being started (Runtime::start): a stop signal then removes its UCX_POSIX_DIR.
+Runtime* g_starting GUARDED_BY(g_stop_mu) = nullptr;
 memory::AddressSpace::StaticSegment g_program_data;
 FaultInject g_inject;
 // Set by the on_exit handler: the process is exiting with this status.
@@ -84,6 +89,12 @@ std::unique_ptr<Runtime> Runtime::start() {
                          "healthy peers would be declared failed",
                          timeout, hb));
 
+  // The launcher's rank, for messages before the bootstrap has confirmed it.
+  for (const char* var : {"LOOM_RANK", "PMIX_RANK"})
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
+      log::set_rank(std::atoi(v));
+      break;
+    }
   g_inject.at("boot", -1);
   const int64_t startup_ms = rt->config_.get_int("STARTUP_TIMEOUT_MS");
   Result<std::unique_ptr<comm::Bootstrap>> boot = comm::make_bootstrap(rt->config_);
@@ -91,6 +102,29 @@ std::unique_ptr<Runtime> Runtime::start() {
   rt->bootstrap_ = std::move(*boot);
   log::set_rank(static_cast<int>(rt->bootstrap_->rank()));
 
+  // Under mpirun/srun, UCX's shared-memory files go into a directory of this job's (the same on
+  // every node of a host: named after the job token), which the nodes remove when they end or
+  // the job fails; loomrun makes one of its own (docs/launcher.md).
+  if (rt->bootstrap_->name() == "pmix" && std::getenv("UCX_POSIX_DIR") == nullptr) {
+    std::string dir = "/dev/shm/loom-" + rt->bootstrap_->job_token().substr(0, 16);
+    if (::mkdir(dir.c_str(), 0700) == 0 || errno == EEXIST) {
+      ::setenv("UCX_POSIX_DIR", dir.c_str(), 1);
+      rt->shm_dir_ = dir;
+    }
+  }
+  // A node stopped by a signal while it starts (mpirun's SIGTERM when another failed) removes the
+  // directory too; once running, it also writes its counters (on_stop_signal).
+  {
+    MutexLock l(g_stop_mu);
+    g_starting = rt.get();
+  }
+  install_stop_signals([](int sig) {
+    MutexLock l(g_stop_mu);
+    if (g_stop_target != nullptr)
+      g_stop_target->on_stop_signal(sig);
+    else if (g_starting != nullptr)
+      g_starting->remove_shm_dir();
+  });
   comm::UcxTransport::Options topts;
   topts.tls = rt->config_.get_string("TRANSPORTS");
   topts.net_devices = rt->config_.get_string("NET_DEVICES");
@@ -103,7 +137,7 @@ std::unique_ptr<Runtime> Runtime::start() {
         transport.status().code() == StatusCode::kInvalidArgument ? kExitConfig : kExitJobFailed;
     std::string why = "cannot start the network: " + transport.status().message();
     rt->bootstrap_->abort_job(why);
-    log::die(code, why);
+    rt->fail_start(code, why);
   }
   rt->transport_ = std::move(*transport);
 
@@ -111,7 +145,7 @@ std::unique_ptr<Runtime> Runtime::start() {
       rt->transport_->local_address(),
       {boot::Step::kStartup, "the address exchange (bootstrap)", startup_ms, startup_ms});
   if (!addresses)
-    log::die(kExitJobFailed, "address exchange failed: " + addresses.status().to_string());
+    rt->fail_start(kExitJobFailed, "address exchange failed: " + addresses.status().to_string());
   g_inject.at("setup", static_cast<int>(rt->bootstrap_->rank()));
   if (Status s = rt->transport_->connect(rt->bootstrap_->rank(), *addresses); !s) {
     // why: a peer that died meanwhile breaks endpoints to other nodes too (their shared memory
@@ -120,7 +154,7 @@ std::unique_ptr<Runtime> Runtime::start() {
     std::string why = s.to_string();
     if (Status b = rt->bootstrap_->await_failure(1000); !b) why = b.message();
     rt->bootstrap_->abort_job(why);
-    log::die(kExitJobFailed, why);
+    rt->fail_start(kExitJobFailed, why);
   }
 
   uint16_t tag = comm::job_tag_of(rt->bootstrap_->job_token());
@@ -149,10 +183,6 @@ std::unique_ptr<Runtime> Runtime::start() {
   }
   rt->server_->start();
   rt->comm_->start_monitoring();
-  install_stop_signals([](int sig) {
-    MutexLock l(g_stop_mu);
-    if (g_stop_target != nullptr) g_stop_target->on_stop_signal(sig);
-  });
   {
     MutexLock l(g_stop_mu);
     g_stop_target = raw;
@@ -160,8 +190,12 @@ std::unique_ptr<Runtime> Runtime::start() {
   if (Status s = rt->bootstrap_->barrier(
           {boot::Step::kStartupLast, "the start-up barrier (set-up)", startup_ms, 0});
       !s)
-    log::die(kExitJobFailed, "start-up barrier failed: " + s.to_string());
+    rt->fail_start(kExitJobFailed, "start-up barrier failed: " + s.to_string());
   on_exit([](int status, void*) { Runtime::process_exiting(status); }, nullptr);
+  {
+    MutexLock l(g_stop_mu);
+    g_starting = nullptr;
+  }
   g_inject.at("run", static_cast<int>(rt->rank()));
   return rt;
 }
@@ -175,6 +209,13 @@ Runtime::~Runtime() {
   {
     MutexLock l(g_stop_mu);
     if (g_stop_target == this) g_stop_target = nullptr;
+  }
+  if (stopped_ && !stop_done_.load(std::memory_order_acquire)) {
+    // The process exits while loom::finalize runs (exit() from another thread, or from inside
+    // it): the runtime is in use and cannot be torn down. The others' shutdown is bounded, and
+    // the launcher names this node (it ends without its goodbye).
+    std::fflush(nullptr);
+    std::_Exit(g_exit_status.load(std::memory_order_relaxed));
   }
   if (!stopped_ && g_exiting.load(std::memory_order_acquire)) {
     int status = g_exit_status.load(std::memory_order_relaxed);
@@ -300,11 +341,14 @@ void Runtime::stop(Leave how) {
   if (dumper_id_ >= 0) log::remove_state_dumper(dumper_id_);
   shutdown_doing_ = "closing the network";
   transport_->close(2000);
+  // The last node of this host to get here removes the directory (the others find it in use).
+  if (!shm_dir_.empty()) ::rmdir(shm_dir_.c_str());
   shutdown_doing_ = "writing the statistics (LOOM_STATS, LOOM_STATS_JSON)";
   report_stats();
   shutdown_doing_ = "saying goodbye to the launcher";
   bootstrap_->finish(0);
   stop_shutdown_watchdog();
+  stop_done_.store(true, std::memory_order_release);
 }
 
 void Runtime::start_memory() {
@@ -312,39 +356,42 @@ void Runtime::start_memory() {
   auto size = static_cast<size_t>(config_.get_int("REGION_SIZE"));
   constexpr size_t kChunk = memory::Heap::kChunkPages * memory::kPageBytes;
   if (size % kChunk != 0 || base % memory::kPageBytes != 0)
-    log::die(kExitConfig,
-             fmt::format("LOOM_REGION_SIZE={} must be a multiple of {} MiB (the heap's "
-                         "chunk) and LOOM_REGION_BASE={:#x} a multiple of the page size",
-                         size, kChunk >> 20, base));
+    fail_start(kExitConfig,
+               fmt::format("LOOM_REGION_SIZE={} must be a multiple of {} MiB (the heap's "
+                           "chunk) and LOOM_REGION_BASE={:#x} a multiple of the page size",
+                           size, kChunk >> 20, base));
   // The default protocol, and the registered ones (they name message types and page
   // protocols by index, so every node must have the same list).
   std::vector<std::string> names = protocols::protocol_names();
   std::string default_name = config_.get_string("PROTOCOL");
   protocols::ProtocolId default_id = protocols::protocol_id(default_name);
   if (default_id == memory::kProtocolUnknown)
-    log::die(kExitConfig, fmt::format("LOOM_PROTOCOL={}: no such protocol (registered: {})",
-                                      default_name, fmt::join(names, ", ")));
+    fail_start(kExitConfig, fmt::format("LOOM_PROTOCOL={}: no such protocol (registered: {})",
+                                        default_name, fmt::join(names, ", ")));
   // Every node must map the region at the same place with the same size, and run the same
   // protocols.
   std::string mine = fmt::format("{:#x}+{}", base, size);
   std::string protos = fmt::format("{} (default {})", fmt::join(names, ","), default_name);
-  Result<std::vector<std::string>> all = bootstrap_->allgather(mine + " " + protos);
-  if (!all) log::die(kExitJobFailed, "region check failed: " + all.status().to_string());
+  const int64_t startup_ms = config_.get_int("STARTUP_TIMEOUT_MS");
+  Result<std::vector<std::string>> all = bootstrap_->allgather(
+      mine + " " + protos,
+      {comm::boot::Step::kStartup, "the region check (set-up)", startup_ms, startup_ms});
+  if (!all) fail_start(kExitJobFailed, "region check failed: " + all.status().to_string());
   for (size_t n = 0; n < all->size(); ++n) {
     const std::string& theirs = (*all)[n];
     std::string their_region = theirs.substr(0, theirs.find(' '));
     std::string their_protos = theirs.substr(std::min(theirs.size(), their_region.size() + 1));
     if (their_region != mine)
-      log::die(kExitConfig,
-               fmt::format("node {} maps the shared region at {} but this node at {} "
-                           "(LOOM_REGION_BASE and LOOM_REGION_SIZE must be the same on "
-                           "every node)",
-                           n, their_region, mine));
+      fail_start(kExitConfig,
+                 fmt::format("node {} maps the shared region at {} but this node at {} "
+                             "(LOOM_REGION_BASE and LOOM_REGION_SIZE must be the same on "
+                             "every node)",
+                             n, their_region, mine));
     if (their_protos != protos)
-      log::die(kExitConfig,
-               fmt::format("node {} has the protocols {} but this node {} (LOOM_PROTOCOL and "
-                           "the protocols a program registers must be the same on every node)",
-                           n, their_protos, protos));
+      fail_start(kExitConfig,
+                 fmt::format("node {} has the protocols {} but this node {} (LOOM_PROTOCOL and "
+                             "the protocols a program registers must be the same on every node)",
+                             n, their_protos, protos));
   }
   memory::AddressSpace::StaticSegment data = g_program_data;
   data.keep_contents = comm_->rank() == 0;
@@ -356,7 +403,7 @@ void Runtime::start_memory() {
       memory::AddressSpace::create(base, size, data, detect);
   if (!space) {
     bootstrap_->abort_job(space.status().message());
-    log::die(kExitConfig, space.status().message());
+    fail_start(kExitConfig, space.status().message());
   }
   space_ = std::move(*space);
   table_ = std::make_unique<memory::PageTable>(space_->num_pages());
@@ -395,7 +442,7 @@ void Runtime::start_memory() {
         register_parmacs_messages(*this)})
     LOOM_CHECK(s.is_ok(), "registering message types: {}", s.to_string());
   if (Status s = memory::install_fault_handler(space_.get(), platform_.get()); !s)
-    log::die(kExitJobFailed, s.to_string());
+    fail_start(kExitJobFailed, s.to_string());
   // note: a dumper never blocks (it runs on the fatal path, maybe under the lock it would take).
   dumper_id_ = log::add_state_dumper([this] {
     std::optional<size_t> n = hlrc_->try_stored_records();
@@ -573,6 +620,18 @@ void Runtime::report_stats(std::string_view stopped_by) {
   }
 }
 
+void Runtime::fail_start(int code, std::string_view msg) {
+  remove_shm_dir();
+  log::die(code, msg);
+}
+
+void Runtime::remove_shm_dir() {
+  // The job is over: segments of nodes that died while UCX made them would stay forever.
+  if (shm_dir_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(shm_dir_, ec);
+}
+
 void Runtime::on_stop_signal(int sig) {
   // On the stop-signal thread (stop_signals.h): the program's output first, then the counters.
   std::fflush(stdout);
@@ -580,6 +639,7 @@ void Runtime::on_stop_signal(int sig) {
                                                   : fmt::format("signal {}", sig);
   report_stats(name);
   std::fflush(nullptr);
+  remove_shm_dir();  // the job is being stopped (mpirun sends SIGTERM when another node failed)
 }
 
 void Runtime::on_fatal(const Status& why) {
@@ -603,7 +663,8 @@ void Runtime::on_fatal(const Status& why) {
       if (!transport_->try_progress()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   }
-  bootstrap_->abort_job(reason, culprit);
+  remove_shm_dir();
+  bootstrap_->abort_job(reason, culprit, fatal_exit_code_.load(std::memory_order_relaxed));
   std::fflush(stdout);
   // The counters so far, marked partial: also when the job is being stopped (a launcher's
   // SIGTERM reaches the nodes one after another, and this node may learn that a peer is gone

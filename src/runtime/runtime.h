@@ -93,6 +93,10 @@ class Runtime {
   // Ends the process if stop() has not finished within `ms` (a thread that waits for it).
   void start_shutdown_watchdog(int64_t ms);
   void stop_shutdown_watchdog();
+  // Removes shm_dir_ and everything in it (the job failed).
+  void remove_shm_dir();
+  // A start-up that cannot go on: removes shm_dir_, prints `msg` and exits with `code`.
+  [[noreturn]] void fail_start(int code, std::string_view msg);
   // Prints (LOOM_STATS) and writes (LOOM_STATS_JSON) the counters; see stats_json.
   void report_stats(std::string_view stopped_by = {});
   void on_stop_signal(int sig);
@@ -114,7 +118,9 @@ class Runtime {
   std::unique_ptr<sync::CondService> conds_;
   std::unique_ptr<sync::ObjectService> objects_;
   int dumper_id_ = -1;
-  bool stopped_ = false;
+  std::string shm_dir_;                 // UCX_POSIX_DIR when this node made it (under PMIx)
+  bool stopped_ = false;                // stop() has begun
+  std::atomic<bool> stop_done_{false};  // and finished
   // The status on_fatal exits with: kExitJobFailed, or the program's exit status when the job
   // fails because the program exited without loom::finalize.
   std::atomic<int> fatal_exit_code_{kExitJobFailed};

@@ -5,16 +5,21 @@
 //   boot_probe [--rank R] [--exit CODE] [--kill SIG] [--abort REASON] [--sleep SECONDS]
 //              [--ignore-term] [--rounds K] [--extra-barriers K] [--no-bye] [--bad-token]
 //              [--stats] [--skip-stats-rank R] [--wait-file PATH] [--others-delay SECONDS]
-//              [--out-dir DIR]
+//              [--out-dir DIR] [--flood K]
 //
 // --rank R limits --exit/--kill/--abort/--sleep/--rounds/--extra-barriers/--no-bye/--bad-token to
 // node R (default: every node); --others-delay makes the other nodes wait before their first
-// collective. --out-dir writes stdout to DIR/out.<rank> instead. Output (line-buffered stdout):
+// collective. --out-dir writes stdout to DIR/out.<rank> instead. --flood K: before joining, the
+// node opens K connections to loomrun's socket that never say anything, and one that announces a
+// 64 MiB frame and sends junk, and keeps them open. Output (line-buffered stdout):
 //   "rank R size N pid P", "token T", "rank R allgather ok"; failures as "rank R: <what>: <status>"
 // and exit status 1.
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -26,6 +31,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/config.h"
 #include "comm/bootstrap/bootstrap.h"
@@ -48,6 +54,7 @@ struct Args {
   bool stats = false;
   long skip_stats_rank = -1;
   std::string wait_file;
+  int flood = 0;
 };
 
 [[noreturn]] void usage(const char* what) {
@@ -93,6 +100,8 @@ Args parse(int argc, char** argv) {
       a.skip_stats_rank = std::stol(val());
     else if (k == "--wait-file")
       a.wait_file = val();
+    else if (k == "--flood")
+      a.flood = std::stoi(val());
     else
       usage(argv[i]);
   }
@@ -141,6 +150,31 @@ int main(int argc, char** argv) {
   auto selected = [&](long rank) { return args.only_rank < 0 || args.only_rank == rank; };
   if (args.bad_token && selected(env_rank))
     (void)config->set("JOB_TOKEN", "00000000000000000000000000000000");
+
+  std::vector<int> stray;  // kept open until the process ends
+  if (args.flood > 0 && selected(env_rank)) {
+    sockaddr_un sa{};
+    sa.sun_family = AF_UNIX;
+    std::string addr = config->get_string("BOOT_ADDR");
+    std::memcpy(sa.sun_path, addr.data(), std::min(addr.size(), sizeof sa.sun_path - 1));
+    for (int i = 0; i <= args.flood; ++i) {
+      int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+        std::printf("rank %ld: flood connection %d: %s\n", env_rank, i, std::strerror(errno));
+        return 1;
+      }
+      stray.push_back(fd);
+    }
+    // The last one claims a HELLO of 64 MiB and sends 1 MiB of it.
+    std::string junk(6 + (1 << 20), 'x');
+    uint32_t len = (64u << 20) - 6;
+    uint16_t kind = 1;
+    std::memcpy(junk.data(), &len, 4);
+    std::memcpy(junk.data() + 4, &kind, 2);
+    ::fcntl(stray.back(), F_SETFL, O_NONBLOCK);
+    ssize_t n = ::send(stray.back(), junk.data(), junk.size(), MSG_NOSIGNAL);
+    (void)n;
+  }
 
   auto boot = loom::comm::make_bootstrap(*config);
   if (!boot) {

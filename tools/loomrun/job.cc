@@ -377,8 +377,8 @@ void Job::on_protocol_error(uint32_t rank, const std::string& what) {
 
 void Job::on_collective_stuck(uint64_t seq, uint32_t rank) {
   node_failed(rank,
-              fmt::format("collective #{} cannot complete: {} left the job without joining it", seq,
-                          who(rank)),
+              fmt::format("{} left the job without joining collective #{}, which cannot complete",
+                          who(rank), seq),
               1);
 }
 

@@ -8,6 +8,10 @@
 //   output.cc   forwarding the nodes' stdout and stderr
 //   stats.cc    merging --stats-json files
 //   sys.cc      messages, signals, temporary directory, limits
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <memory>
 #include <variant>
 
 #include "job.h"
@@ -47,6 +51,22 @@ int main(int argc, char** argv) {
   if (!dir) {
     say(dir.status().message());
     return 1;
+  }
+
+  // UCX's shared-memory segments (its posix transport's files) go into a directory of the job's
+  // own, removed with everything in it when loomrun exits: a node killed while UCX creates one
+  // leaves no file in /dev/shm.
+  std::unique_ptr<TempDir> shm_dir;
+  struct stat shm {};
+  if (std::getenv("UCX_POSIX_DIR") == nullptr && ::stat("/dev/shm", &shm) == 0 &&
+      S_ISDIR(shm.st_mode)) {
+    auto d = TempDir::create_in("/dev/shm");
+    if (d) {
+      shm_dir = std::move(*d);
+      ::setenv("UCX_POSIX_DIR", shm_dir->path().c_str(), 1);
+    } else {
+      warn(d.status().message() + "; UCX's segments go to /dev/shm itself");
+    }
   }
 
   int status;

@@ -81,8 +81,8 @@ Status raise_fd_limit(uint32_t nodes, ChildSetup* setup) {
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return Status::from_errno("getrlimit", errno);
   setup->nofile = lim;
   // Per node: the stdout and stderr pipes and the bootstrap socket. Plus loomrun's own, the
-  // transient pipe ends while forking, and stray connections (broker.h kMaxExtraPending).
-  rlim_t need = 3 * rlim_t{nodes} + 64;
+  // transient pipe ends while forking, and unidentified connections (broker.h kMaxPending, 64).
+  rlim_t need = 3 * rlim_t{nodes} + 64 + 64;
   if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur >= need) return Status::ok();
   if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < need)
     return Status::resource(
@@ -137,6 +137,13 @@ Result<std::unique_ptr<TempDir>> TempDir::create(size_t max_name) {
     return std::unique_ptr<TempDir>(new TempDir(tmpl));
   }
   return Status::resource("cannot create a temporary directory: " + why);
+}
+
+Result<std::unique_ptr<TempDir>> TempDir::create_in(const std::string& base) {
+  std::string tmpl = base + "/loomrun.XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr)
+    return Status::from_errno(fmt::format("cannot create a directory in '{}'", base), errno);
+  return std::unique_ptr<TempDir>(new TempDir(tmpl));
 }
 
 TempDir::~TempDir() {

@@ -68,6 +68,8 @@ class TempDir {
   // `max_name` is the longest file name that will be created inside; a directory whose path would
   // make a Unix socket path too long is not used (falls back from $TMPDIR to /tmp).
   static Result<std::unique_ptr<TempDir>> create(size_t max_name);
+  // A private directory in `base` (which must exist), e.g. /dev/shm.
+  static Result<std::unique_ptr<TempDir>> create_in(const std::string& base);
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

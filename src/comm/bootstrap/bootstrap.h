@@ -67,10 +67,12 @@ class Bootstrap {
   // Tells the launcher that this node is about to exit with `exit_code`.
   virtual void finish(int exit_code) { (void)exit_code; }
   // Tells the launcher that this node is aborting the job, and why. `culprit`: the node whose
-  // failure this node found (boot::kNoRank: its own), which the launcher then names.
-  virtual void abort_job(std::string_view reason, NodeId culprit = boot::kNoRank) {
+  // failure this node found (boot::kNoRank: its own), which the launcher then names. `status`:
+  // what this node exits with (a launcher that ends the job itself, PMIx's, exits with it).
+  virtual void abort_job(std::string_view reason, NodeId culprit = boot::kNoRank, int status = 3) {
     (void)reason;
     (void)culprit;
+    (void)status;
   }
 };
 

@@ -374,7 +374,7 @@ void LoomrunBootstrap::finish(int exit_code) {
   if (!s) LOOM_DEBUG("could not say BYE to loomrun: {}", s.to_string());
 }
 
-void LoomrunBootstrap::abort_job(std::string_view reason, NodeId culprit) {
+void LoomrunBootstrap::abort_job(std::string_view reason, NodeId culprit, int /*status*/) {
   boot::Abort msg;
   msg.reason = std::string(reason.substr(0, kMaxReason));
   msg.culprit = culprit;

@@ -62,7 +62,7 @@ class LoomrunBootstrap final : public Bootstrap {
   Status handle_event() override;
 
   void finish(int exit_code) override;
-  void abort_job(std::string_view reason, NodeId culprit = boot::kNoRank) override;
+  void abort_job(std::string_view reason, NodeId culprit = boot::kNoRank, int status = 3) override;
 
  private:
   // Takes ownership of the descriptors.

@@ -5,8 +5,12 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "base/log.h"
 #include "comm/bootstrap/boot_wire.h"
@@ -16,6 +20,7 @@ namespace loom::comm::internal {
 namespace {
 
 constexpr char kTokenKey[] = "loom.token";
+constexpr char kHelloKey[] = "loom.hello";
 
 // The one live PmixBootstrap, for the event handler (PMIx passes it no object of ours).
 Mutex g_active_mu;
@@ -77,7 +82,7 @@ pmix_status_t get_local(const pmix_proc_t& proc, const char* key, pmix_value_t**
 
 }  // namespace
 
-Result<std::unique_ptr<PmixBootstrap>> PmixBootstrap::init() {
+Result<std::unique_ptr<PmixBootstrap>> PmixBootstrap::init(int64_t startup_ms) {
   pmix_proc_t me;
   pmix_status_t rc = PMIx_Init(&me, nullptr, 0);
   if (rc != PMIX_SUCCESS)
@@ -149,10 +154,30 @@ Result<std::unique_ptr<PmixBootstrap>> PmixBootstrap::init() {
     rc = PMIx_Put(PMIX_GLOBAL, kTokenKey, &v);
     if (rc != PMIX_SUCCESS) return Status::io("PMIx_Put(loom.token) failed: " + pmix_error(rc));
   }
+  // Every rank says it is here, so that a rank that never comes can be named.
+  {
+    pmix_value_t v;
+    PMIX_VALUE_CONSTRUCT(&v);
+    v.type = PMIX_UINT32;
+    v.data.uint32 = 1;
+    rc = PMIx_Put(PMIX_GLOBAL, kHelloKey, &v);
+    if (rc != PMIX_SUCCESS) return Status::io("PMIx_Put(loom.hello) failed: " + pmix_error(rc));
+  }
   rc = PMIx_Commit();
   if (rc != PMIX_SUCCESS) return Status::io("PMIx_Commit failed: " + pmix_error(rc));
-  Status s = b->fence(/*collect=*/true);
-  if (!s) return s;
+  Status s = b->fence(/*collect=*/true, startup_ms);
+  if (s.code() == StatusCode::kTimeout) {
+    std::vector<uint32_t> missing = b->missing_from(kHelloKey);
+    return Status::timeout(
+        missing.empty()
+            ? fmt::format("the job did not form within {} ms (bootstrap): a process did not "
+                          "start Loom, and PMIx cannot say which",
+                          startup_ms)
+            : fmt::format("node {} did not join the job within {} ms (bootstrap; it is stopped, "
+                          "hung or ended)",
+                          fmt::join(missing, ", "), startup_ms));
+  }
+  if (!s) return b->explain_fence_failure(s, kHelloKey, "joining the job");
   if (me.rank != 0) {
     pmix_proc_t root;
     PMIX_LOAD_PROCID(&root, me.nspace, 0);
@@ -198,49 +223,152 @@ Status PmixBootstrap::handle_event() {
   return failure_ ? *failure_ : Status::ok();
 }
 
-Status PmixBootstrap::fence(bool collect, int64_t timeout_ms) {
-  pmix_info_t info[2];
-  size_t n = 0;
-  bool yes = true;
-  int timeout_s = static_cast<int>((timeout_ms + 999) / 1000);
-  if (collect) {
-    PMIX_INFO_CONSTRUCT(&info[n]);
-    PMIx_Info_load(&info[n++], PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
+namespace {
+
+// A fence's completion, shared with PMIx's callback, which may come after the waiter gave up.
+struct FenceWait {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  pmix_status_t rc = PMIX_SUCCESS;
+};
+
+void fence_done(pmix_status_t status, void* cbdata) {
+  auto* w = static_cast<std::shared_ptr<FenceWait>*>(cbdata);
+  {
+    std::lock_guard<std::mutex> g((*w)->mu);
+    (*w)->rc = status;
+    (*w)->done = true;
   }
-  if (timeout_ms > 0) {
-    PMIX_INFO_CONSTRUCT(&info[n]);
-    PMIx_Info_load(&info[n++], PMIX_TIMEOUT, &timeout_s, PMIX_INT);
-  }
-  // nullptr procs: every process of this namespace.
-  pmix_status_t rc = PMIx_Fence(nullptr, 0, n > 0 ? info : nullptr, n);
-  for (size_t i = 0; i < n; ++i) PMIX_INFO_DESTRUCT(&info[i]);
-  if (rc == PMIX_SUCCESS) return Status::ok();
-  if (rc == PMIX_ERR_TIMEOUT) return Status::timeout(fmt::format("PMIx_Fence: {}", pmix_error(rc)));
-  Status s = Status::peer_failed(
-      fmt::format("PMIx_Fence failed: {} (a process of the job died or the PMIx server is gone)",
-                  pmix_error(rc)));
-  on_failure(s);
-  return s;
+  (*w)->cv.notify_all();
+  delete w;
 }
 
+}  // namespace
+
+Status PmixBootstrap::fence(bool collect, int64_t timeout_ms) {
+  pmix_info_t info;
+  PMIX_INFO_CONSTRUCT(&info);
+  bool yes = true;
+  if (collect) PMIx_Info_load(&info, PMIX_COLLECT_DATA, &yes, PMIX_BOOL);
+  // why: PMIx_Fence's own PMIX_TIMEOUT is not honoured by every server (Open MPI 4.1's mpirun
+  // let a fence wait forever for a rank that hung before it), so the wait is bounded here.
+  auto wait = std::make_shared<FenceWait>();
+  auto* cb = new std::shared_ptr<FenceWait>(wait);
+  // nullptr procs: every process of this namespace.
+  pmix_status_t rc =
+      PMIx_Fence_nb(nullptr, 0, collect ? &info : nullptr, collect ? 1 : 0, fence_done, cb);
+  PMIX_INFO_DESTRUCT(&info);
+  if (rc == PMIX_OPERATION_SUCCEEDED) {
+    delete cb;
+    return Status::ok();
+  }
+  if (rc != PMIX_SUCCESS) {
+    delete cb;
+  } else {
+    std::unique_lock<std::mutex> lock(wait->mu);
+    auto done = [&] { return wait->done; };
+    if (timeout_ms > 0) {
+      if (!wait->cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), done))
+        return Status::timeout("PMIx_Fence did not complete");
+    } else {
+      wait->cv.wait(lock, done);
+    }
+    rc = wait->rc;
+  }
+  if (rc == PMIX_SUCCESS) return Status::ok();
+  return Status::peer_failed(
+      fmt::format("PMIx_Fence failed: {} (a process of the job died or the PMIx server is gone)",
+                  pmix_error(rc)));
+}
+
+Status PmixBootstrap::explain_fence_failure(const Status& fence, const std::string& key,
+                                            std::string_view what) {
+  // why: the fence fails as soon as a process dies, often before the event that names it; so
+  // wait a moment for the event, then ask which rank's contribution is missing.
+  for (int i = 0; i < 100; ++i) {
+    {
+      MutexLock lock(mu_);
+      if (failure_) return *failure_;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  Status s = fence;
+  if (!key.empty()) {
+    std::vector<uint32_t> missing = missing_from(key);
+    if (!missing.empty())
+      s = Status::peer_failed(fmt::format("node {} left the job before {} ({})",
+                                          fmt::join(missing, ", "), what, fence.message()));
+  }
+  on_failure(s);
+  MutexLock lock(mu_);
+  return *failure_;
+}
+
+namespace {
+
+// The answers to the PMIx_Get_nb calls of missing_from(), shared with PMIx's callbacks, which
+// may come after the caller stopped waiting.
+struct GetWait {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> state;  // per rank: 0 waiting, 1 found, -1 not found
+  size_t pending = 0;
+};
+
+struct GetCall {
+  std::shared_ptr<GetWait> wait;
+  uint32_t rank;
+};
+
+void get_done(pmix_status_t status, pmix_value_t* kv, void* cbdata) {
+  std::unique_ptr<GetCall> call(static_cast<GetCall*>(cbdata));
+  (void)kv;  // PMIx owns it and releases it after the callback
+  {
+    std::lock_guard<std::mutex> g(call->wait->mu);
+    call->wait->state[call->rank] = status == PMIX_SUCCESS ? 1 : -1;
+    --call->wait->pending;
+  }
+  call->wait->cv.notify_all();
+}
+
+}  // namespace
+
 std::vector<uint32_t> PmixBootstrap::missing_from(const std::string& key) {
-  std::vector<uint32_t> missing;
+  // note: not PMIX_OPTIONAL: the local server asks the rank's server for the key (a direct
+  // modex), which has it if the rank committed it, that is, reached the collective. Bounded
+  // twice over: PMIX_TIMEOUT for servers that honour it, and our own wait for those that do not.
+  auto wait = std::make_shared<GetWait>();
+  wait->state.assign(size_, 0);
+  pmix_info_t info;
+  PMIX_INFO_CONSTRUCT(&info);
+  int one = 1;
+  PMIx_Info_load(&info, PMIX_TIMEOUT, &one, PMIX_INT);
   for (uint32_t r = 0; r < size_; ++r) {
-    if (r == me_.rank) continue;
+    if (r == me_.rank) {
+      wait->state[r] = 1;
+      continue;
+    }
     pmix_proc_t proc;
     PMIX_LOAD_PROCID(&proc, me_.nspace, r);
-    pmix_info_t info;
-    PMIX_INFO_CONSTRUCT(&info);
-    int one = 1;
-    PMIx_Info_load(&info, PMIX_TIMEOUT, &one, PMIX_INT);
-    pmix_value_t* val = nullptr;
-    // note: not PMIX_OPTIONAL: the server asks the rank's server for it (direct modex), which
-    // has it if the rank committed it, that is, reached the collective.
-    pmix_status_t rc = PMIx_Get(&proc, key.c_str(), &info, 1, &val);
-    PMIX_INFO_DESTRUCT(&info);
-    if (val != nullptr) PMIX_VALUE_RELEASE(val);
-    if (rc != PMIX_SUCCESS) missing.push_back(r);
+    {
+      std::lock_guard<std::mutex> g(wait->mu);
+      ++wait->pending;
+    }
+    auto* call = new GetCall{wait, r};
+    if (PMIx_Get_nb(&proc, key.c_str(), &info, 1, get_done, call) != PMIX_SUCCESS) {
+      delete call;
+      std::lock_guard<std::mutex> g(wait->mu);
+      --wait->pending;
+      wait->state[r] = -1;
+    }
   }
+  PMIX_INFO_DESTRUCT(&info);
+  std::unique_lock<std::mutex> lock(wait->mu);
+  wait->cv.wait_for(lock, std::chrono::seconds(2), [&] { return wait->pending == 0; });
+  std::vector<uint32_t> missing;
+  for (uint32_t r = 0; r < size_; ++r)
+    if (wait->state[r] != 1) missing.push_back(r);
   return missing;
 }
 
@@ -297,7 +425,7 @@ Result<std::vector<std::string>> PmixBootstrap::allgather(std::string_view mine,
     return Status::timeout(fmt::format("node {} did not reach {} within {} ms (stopped or hung)",
                                        fmt::join(missing, ", "), step.what, step.wait_ms));
   }
-  if (!s) return s;
+  if (!s) return explain_fence_failure(s, key, step.what);
   std::vector<std::string> out(size_);
   for (uint32_t r = 0; r < size_; ++r) {
     if (r == me_.rank) {
@@ -325,16 +453,16 @@ Result<std::vector<std::string>> PmixBootstrap::allgather(std::string_view mine,
   return out;
 }
 
-void PmixBootstrap::abort_job(std::string_view reason, NodeId culprit) {
+void PmixBootstrap::abort_job(std::string_view reason, NodeId culprit, int status) {
   (void)culprit;  // mpirun names the aborting process; the reason names the culprit
   std::string msg(reason);
   // nullptr procs: the whole namespace. The server kills the job, this process included.
-  pmix_status_t rc = PMIx_Abort(3, msg.c_str(), nullptr, 0);
+  pmix_status_t rc = PMIx_Abort(status, msg.c_str(), nullptr, 0);
   if (rc != PMIX_SUCCESS) LOOM_WARN("PMIx_Abort failed: {}", pmix_error(rc));
 }
 
-Result<std::unique_ptr<Bootstrap>> make_pmix_bootstrap(const Config& /*config*/) {
-  auto b = PmixBootstrap::init();
+Result<std::unique_ptr<Bootstrap>> make_pmix_bootstrap(const Config& config) {
+  auto b = PmixBootstrap::init(config.get_int("STARTUP_TIMEOUT_MS"));
   if (!b) return b.status();
   return std::unique_ptr<Bootstrap>(std::move(*b));
 }

@@ -39,8 +39,9 @@ namespace loom::comm::internal {
 
 class PmixBootstrap final : public Bootstrap {
  public:
-  // PMIx_Init, job size, token exchange (one fence).
-  static Result<std::unique_ptr<PmixBootstrap>> init();
+  // PMIx_Init, job size, token exchange (one fence, bounded by `startup_ms` if > 0: then the
+  // ranks that never came are named).
+  static Result<std::unique_ptr<PmixBootstrap>> init(int64_t startup_ms = 0);
   // Deregisters the event handler and calls PMIx_Finalize.
   ~PmixBootstrap() override;
 
@@ -57,7 +58,7 @@ class PmixBootstrap final : public Bootstrap {
 
   int event_fd() const override { return event_fd_; }
   Status handle_event() override;
-  void abort_job(std::string_view reason, NodeId culprit = boot::kNoRank) override;
+  void abort_job(std::string_view reason, NodeId culprit = boot::kNoRank, int status = 3) override;
 
   // Called by PMIx's progress thread (pmix_bootstrap.cc's handler) with a failure to report.
   void on_failure(Status s) EXCLUDES(mu_);
@@ -69,6 +70,10 @@ class PmixBootstrap final : public Bootstrap {
   // After a fence for `key` timed out: the ranks whose contribution the PMIx servers do not have
   // (they did not reach the collective).
   std::vector<uint32_t> missing_from(const std::string& key);
+  // A fence of collective `key` failed: the failure that names the node, from a PMIx event if
+  // one comes within a moment, else from the contributions missing; filed as this bootstrap's
+  // failure.
+  Status explain_fence_failure(const Status& fence, const std::string& key, std::string_view what);
   Result<std::string> get_blob(uint32_t rank, const std::string& key);
 
   // Constant after init().
