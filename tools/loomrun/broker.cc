@@ -79,15 +79,31 @@ void Broker::accept_all() {
       if (!warned_pending_)
         warn(
             fmt::format("more than {} unidentified connections to the bootstrap socket; closing "
-                        "the oldest",
+                        "the oldest silent one",
                         kMaxPending));
       warned_pending_ = true;
-      Conn* oldest = nullptr;
-      for (auto& c : conns_)
-        if (!c->closed && c->rank == kNoRank &&
-            (oldest == nullptr || c->accepted_at < oldest->accepted_at))
-          oldest = c.get();
-      if (oldest != nullptr) close_conn(oldest);
+      // A connection that has sent something (read, or waiting in its socket), or that was
+      // accepted less than kSilentGrace ago, may be a node whose HELLO is on its way (it was
+      // found closing a node that had connected but not yet sent: broken pipe): the oldest
+      // connection silent for longer goes. If there is none, the new one is kept too, up to
+      // kMaxPendingHard; beyond that the oldest silent one goes whatever its age.
+      const Clock::time_point now = Clock::now();
+      Conn* victim = nullptr;
+      Conn* oldest_silent = nullptr;
+      for (auto& c : conns_) {
+        if (c->closed || c->rank != kNoRank) continue;
+        char byte;
+        const bool spoke =
+            c->reader.buffered() > 0 || ::recv(c->fd.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+        if (spoke) continue;
+        if (oldest_silent == nullptr || c->accepted_at < oldest_silent->accepted_at)
+          oldest_silent = c.get();
+        if (now - c->accepted_at >= kSilentGrace &&
+            (victim == nullptr || c->accepted_at < victim->accepted_at))
+          victim = c.get();
+      }
+      if (victim == nullptr && pending_ >= kMaxPendingHard) victim = oldest_silent;
+      if (victim != nullptr) close_conn(victim);
     }
     auto c = std::make_unique<Conn>();
     c->fd.reset(fd);

@@ -76,9 +76,13 @@ class BrokerListener {
 class Broker {
  public:
   using Clock = std::chrono::steady_clock;
-  // Unidentified (pre-HELLO) connections: at most this many at once (the oldest is closed to make
-  // room), each for at most kHelloWait and kMaxHelloBytes.
+  // Unidentified (pre-HELLO) connections: beyond kMaxPending at once, the oldest one that has
+  // said nothing for kSilentGrace is closed to make room (a node sends its HELLO right after it
+  // connects); beyond kMaxPendingHard, the oldest silent one whatever its age. Each lives at
+  // most kHelloWait and may send at most kMaxHelloBytes.
   static constexpr size_t kMaxPending = 64;
+  static constexpr size_t kMaxPendingHard = 128;
+  static constexpr std::chrono::milliseconds kSilentGrace{200};
   static constexpr std::chrono::milliseconds kHelloWait{5000};
   static constexpr size_t kMaxHelloBytes = 4096;
 

@@ -81,8 +81,9 @@ Status raise_fd_limit(uint32_t nodes, ChildSetup* setup) {
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return Status::from_errno("getrlimit", errno);
   setup->nofile = lim;
   // Per node: the stdout and stderr pipes and the bootstrap socket. Plus loomrun's own, the
-  // transient pipe ends while forking, and unidentified connections (broker.h kMaxPending, 64).
-  rlim_t need = 3 * rlim_t{nodes} + 64 + 64;
+  // transient pipe ends while forking, and unidentified connections (broker.h kMaxPendingHard,
+  // 128).
+  rlim_t need = 3 * rlim_t{nodes} + 64 + 128;
   if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur >= need) return Status::ok();
   if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max < need)
     return Status::resource(
