@@ -1000,9 +1000,16 @@ std::vector<Hlrc::ExtraPage> Hlrc::claim_ahead(PageId page, int32_t home, uint32
   const PageId end = std::min<PageId>(page + 1 + 2 * count, space_.heap_pages());
   for (PageId q = page + 1; q < end && out.size() < count; ++q) {
     PageEntry* e = table_.find(q);
-    if (e == nullptr || e->home == memory::kHomeUnknown) {
+    bool resolved = false;
+    if (e != nullptr) {
+      // note: under the stripe: the dispatcher may be changing the home (a home answer).
+      MutexLock l(table_.lock_of(q));
+      resolved = e->home != memory::kHomeUnknown;
+    }
+    if (!resolved) {
       // Never resolved here: only if this node knows its home without asking (a page nobody
-      // touched yet would be decided by this fetch, so the run ends there).
+      // touched yet would be decided by this fetch, so the run ends there). Asked without the
+      // stripe held, as the heap's own locks come first.
       if (!heap_.known(q)) break;
       e = &table_.at(q);
     }
