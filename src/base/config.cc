@@ -31,7 +31,8 @@ const ConfigRow kRows[] = {
     {"TRANSPORTS", ConfigType::kString, "",
      "UCX transports to use (sets UCX_TLS), e.g. 'tcp' or 'shm,self'. Empty: UCX chooses."},
     {"NET_DEVICES", ConfigType::kString, "",
-     "Network devices UCX may use (sets UCX_NET_DEVICES), e.g. 'eth0'. Empty: all."},
+     "Network devices UCX may use (sets UCX_NET_DEVICES), e.g. 'eth0'. Empty: all "
+     "(loomrun: 'lo' unless this or UCX_NET_DEVICES is set)."},
     {"UCX_ERR_HANDLING", ConfigType::kBool, "1",
      "Turn on UCX peer error handling so a dead peer fails its endpoint instead of hanging."},
     {"SPIN_US", ConfigType::kInt, "50",

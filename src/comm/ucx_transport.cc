@@ -183,12 +183,19 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const Options& option
   if (st != UCS_OK) {
     // why: with the transports or devices restricted, "no device" means the setting asks for
     // something this machine does not have: bad configuration, which the user can fix.
-    if (st == UCS_ERR_NO_DEVICE && (!options.tls.empty() || !options.net_devices.empty()))
+    if (st == UCS_ERR_NO_DEVICE && (!options.tls.empty() || !options.net_devices.empty())) {
+      const bool tls = !options.tls.empty();
       return Status::invalid_argument(fmt::format(
-          "{}: UCX cannot use {} on this machine (ucp_init: {}; `ucx_info -d` lists what it has)",
-          !options.tls.empty() ? fmt::format("LOOM_TRANSPORTS='{}'", options.tls)
-                               : fmt::format("LOOM_NET_DEVICES='{}'", options.net_devices),
-          !options.tls.empty() ? "these transports" : "these devices", ucs_status_string(st)));
+          "{}: UCX cannot use {} on this machine ({}ucp_init: {}; `ucx_info -d` lists what it "
+          "has)",
+          tls ? fmt::format("LOOM_TRANSPORTS='{}'", options.tls)
+              : fmt::format("LOOM_NET_DEVICES='{}'", options.net_devices),
+          tls ? "these transports" : "these devices",
+          tls && !options.net_devices.empty()
+              ? fmt::format("with LOOM_NET_DEVICES='{}'; ", options.net_devices)
+              : "",
+          ucs_status_string(st)));
+    }
     return Status::io(ucx_error("ucp_init", st));
   }
 

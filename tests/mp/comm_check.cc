@@ -8,6 +8,11 @@
 //   comm_check rma                 one-sided put/get of 4 KiB and 1 MiB, verified byte for byte
 //   comm_check spin SECONDS        all nodes exchange requests until SECONDS pass (failure tests)
 //   comm_check malformed KIND      node 1 sends node 0 a bad message (KIND: type | length)
+//   comm_check foreign_tag         node 1 sends node 0 a message with another job's tag; node 0
+//                                  must refuse it (not run the handler) and the job must go on
+//   comm_check listeners           every node lists the TCP sockets it listens on (its fds
+//                                  against /proc/net/tcp and tcp6): a loomrun job must listen on
+//                                  loopback only (docs/comm.md, "Trust")
 //   comm_check lanes N D           the waiter lane (docs/comm.md): node 0 computes ~1 ms before
 //                                  each of N calls to node 1, so its server thread sleeps; the
 //                                  replies must not wake it (fewer than N/4 wake-ups; run it
@@ -27,8 +32,11 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -315,6 +323,96 @@ int malformed(const std::string& kind) {
   fail("the malformed message did not stop the job");
 }
 
+// --- foreign_tag ------------------------------------------------------------------------------
+
+int foreign_tag() {
+  std::atomic<int> handled{0};
+  Status s = comm().registry().add(kEcho, "echo-count", [&](Incoming& in) -> Status {
+    handled.fetch_add(1);
+    return comm().reply(in.reply_to(), std::span<const std::byte>());
+  });
+  if (!s) fail("registering the handler: " + s.to_string());
+  barrier();
+  const uint16_t tag = loom::comm::job_tag_of(loom::runtime::current().bootstrap().job_token());
+  if (comm().rank() == 1) {
+    // A well-formed header of this job's type and sender, but another job's tag, straight
+    // through the transport: node 0 must drop it (a warning), not run the handler, not fail.
+    loom::comm::WireHeader h;
+    h.type = kEcho;
+    h.src = 1;
+    h.length = 0;
+    h.job = static_cast<uint16_t>(tag ^ 0x5a5a);
+    std::array<std::byte, loom::comm::kWireHeaderSize> hb;
+    loom::comm::encode_header(h, hb);
+    Status st = loom::runtime::current().transport().send(0, hb, std::span<const std::byte>());
+    if (!st) fail("sending the foreign message: " + st.to_string());
+    // Then a message of this job: the same channel, so it arrives after the foreign one.
+    auto r = comm().call(0, kEcho, std::span<const std::byte>());
+    if (!r) fail("the call after the foreign message failed: " + r.status().to_string());
+  }
+  barrier();
+  if (comm().rank() == 0) {
+    if (handled.load() != 1)
+      fail(
+          fmt::format("node 0 ran the handler {} times (expected 1: the foreign message must "
+                      "be refused, the job's own call answered)",
+                      handled.load()));
+    if (comm().failed()) fail("the foreign message failed the job");
+    std::printf("ok: a message with another job's tag was refused, the job went on\n");
+  }
+  barrier();
+  return 0;
+}
+
+// --- listeners ----------------------------------------------------------------------------------
+
+// The inodes of this process's sockets.
+std::vector<std::string> own_socket_inodes() {
+  std::vector<std::string> inodes;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0)
+      inodes.push_back(target.substr(8, target.size() - 9));
+  }
+  return inodes;
+}
+
+// Whether a /proc/net/tcp{,6} local address (hex, as the kernel prints it) is a loopback one.
+bool loopback_address(const std::string& hex) {
+  if (hex.size() == 8) return hex.substr(6, 2) == "7F";  // 127.x.y.z, little-endian
+  if (hex.size() == 32)
+    return hex == "00000000000000000000000001000000" ||  // ::1
+           (hex.substr(0, 24) == "0000000000000000FFFF0000" &&
+            hex.substr(30, 2) == "7F");  // ::ffff:127.x
+  return false;
+}
+
+int listeners() {
+  barrier();  // every node's endpoints exist
+  auto inodes = own_socket_inodes();
+  int listening = 0;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string sl, local, remote, st, queues, tr, retr, uid, timeout, inode;
+      f >> sl >> local >> remote >> st >> queues >> tr >> retr >> uid >> timeout >> inode;
+      if (st != "0A" || std::find(inodes.begin(), inodes.end(), inode) == inodes.end()) continue;
+      ++listening;
+      const std::string addr = local.substr(0, local.find(':'));
+      if (!loopback_address(addr))
+        fail(fmt::format("node {} listens on a non-loopback address ({} {})", comm().rank(), table,
+                         local));
+    }
+  }
+  std::printf("ok: node %u listens on %d TCP sockets, all on loopback\n", comm().rank(), listening);
+  barrier();
+  return 0;
+}
+
 // --- lanes ---------------------------------------------------------------------------------
 
 int lanes(int n, int delay_ms) {
@@ -390,7 +488,8 @@ int lanes(int n, int delay_ms) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
-                 "usage: comm_check pingpong|storm|concurrent|rma|spin|malformed|lanes ...\n");
+                 "usage: comm_check "
+                 "pingpong|storm|concurrent|rma|spin|malformed|foreign_tag|listeners|lanes ...\n");
     return 2;
   }
   std::string mode = argv[1];
@@ -411,6 +510,10 @@ int main(int argc, char** argv) {
     rc = spin(argc > 2 ? std::atof(argv[2]) : 5.0);
   else if (mode == "malformed")
     rc = malformed(argc > 2 ? argv[2] : "type");
+  else if (mode == "foreign_tag")
+    rc = foreign_tag();
+  else if (mode == "listeners")
+    rc = listeners();
   else if (mode == "lanes")
     rc = lanes(static_cast<int>(arg(2, 400)), static_cast<int>(arg(3, 10)));
   else

@@ -186,6 +186,13 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
     opts.settings[config_env_name(*rf.row)] = value;
   }
   if (opts.stats) opts.settings["LOOM_STATS"] = "1";
+  // A loomrun job runs on this machine only, so UCX needs no network device but loopback. Left
+  // to choose, its TCP transport listens on every interface, where anyone on the network could
+  // connect (docs/comm.md, "Trust"). --net-devices, LOOM_NET_DEVICES or UCX_NET_DEVICES (even
+  // empty: all devices) choose otherwise.
+  if (opts.settings.count("LOOM_NET_DEVICES") == 0 && std::getenv("LOOM_NET_DEVICES") == nullptr &&
+      std::getenv("UCX_NET_DEVICES") == nullptr)
+    opts.settings["LOOM_NET_DEVICES"] = "lo";
 
   if (rest.empty())
     return usage_error("no program to run (usage: loomrun -n N [options] program [args...])");
