@@ -2,15 +2,22 @@
 
 #include <fmt/format.h>
 #include <sys/epoll.h>
+#include <ucs/debug/log_def.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdarg>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "base/log.h"
+#include "base/thread_annotations.h"
 #include "comm/completion.h"
 
 namespace loom::comm {
@@ -28,6 +35,50 @@ bool for_waiter_lane(std::span<const std::byte, kWireHeaderSize> header) {
   constexpr uint16_t kBoth = WireHeader::kFlagReply | WireHeader::kFlagWaiter;
   return (flags & kBoth) == kBoth;
 }
+
+// UCX's own complaints while this node creates its endpoints (UcxTransport::connect). When a
+// peer dies during start-up, attaching its shared memory fails and UCX prints an ERROR line of
+// its own (`shmat(...) failed`, `open(/proc/PID/fd/N) failed`) before Loom knows which node
+// failed; the launcher's word names the node instead. So they are captured: put into the error if
+// the connection fails, logged at info level if UCX connected anyway (it used another way).
+class UcxComplaints {
+ public:
+  UcxComplaints() {
+    static std::once_flag once;
+    std::call_once(once, [] { ucs_log_push_handler(&UcxComplaints::handler); });
+    MutexLock l(mu_);
+    lines_.clear();
+    capturing_.store(true, std::memory_order_release);
+  }
+  ~UcxComplaints() { capturing_.store(false, std::memory_order_release); }
+
+  std::vector<std::string> take() {
+    MutexLock l(mu_);
+    return std::move(lines_);
+  }
+
+ private:
+  static ucs_log_func_rc_t handler(const char* file, unsigned line, const char* /*function*/,
+                                   ucs_log_level_t level,
+                                   const ucs_log_component_config_t* /*comp_conf*/,
+                                   const char* message, va_list ap) {
+    if (!capturing_.load(std::memory_order_acquire) || level > UCS_LOG_LEVEL_WARN)
+      return UCS_LOG_FUNC_RC_CONTINUE;
+    char text[512];
+    va_list copy;
+    va_copy(copy, ap);
+    std::vsnprintf(text, sizeof text, message, copy);
+    va_end(copy);
+    const char* base = std::strrchr(file, '/');
+    MutexLock l(mu_);
+    lines_.push_back(fmt::format("{}:{} {}", base != nullptr ? base + 1 : file, line, text));
+    return UCS_LOG_FUNC_RC_STOP;
+  }
+
+  static inline std::atomic<bool> capturing_{false};
+  static inline Mutex mu_;
+  static inline std::vector<std::string> lines_ GUARDED_BY(mu_);
+};
 
 // A node's address on the wire: u32 length of the main worker's address, that address, then the
 // waiter worker's.
@@ -258,6 +309,16 @@ UcxTransport::~UcxTransport() {
 }
 
 Status UcxTransport::connect(NodeId rank, const std::vector<std::string>& addresses) {
+  UcxComplaints complaints;
+  Status s = connect_peers(rank, addresses);
+  std::vector<std::string> said = complaints.take();
+  if (said.empty()) return s;
+  if (!s) return Status(s.code(), fmt::format("{} (UCX: {})", s.message(), fmt::join(said, "; ")));
+  for (const std::string& line : said) LOOM_INFO("UCX while connecting: {}", line);
+  return s;
+}
+
+Status UcxTransport::connect_peers(NodeId rank, const std::vector<std::string>& addresses) {
   // note: the waiter worker's lock first (the lock order), for its activation endpoints.
   MutexLock wait_lock(wait_mu_);
   WorkerLock lock(this);

@@ -112,6 +112,7 @@ class UcxTransport final : public Transport {
   bool progress_locked() REQUIRES(worker_mu_);
   // An endpoint on `worker` to node `node`'s worker at `address`; its errors go to `errors_to`
   // (ep_error), or are not handled if null.
+  Status connect_peers(NodeId rank, const std::vector<std::string>& addresses);
   Status create_endpoint(ucp_worker_h worker, NodeId node, const std::string& address,
                          Peer* errors_to, ucp_ep_h* ep);
   bool progress_waiter_lane() REQUIRES(wait_mu_);
