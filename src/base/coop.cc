@@ -45,6 +45,14 @@ void CondVar::wait(Mutex& mu) NO_THREAD_SAFETY_ANALYSIS {
   mu.lock();
 }
 
+bool CondVar::wait_for(Mutex& mu, std::chrono::milliseconds timeout) NO_THREAD_SAFETY_ANALYSIS {
+  if (t_scheduler != nullptr) {
+    wait(mu);
+    return true;
+  }
+  return cv_.wait_for(mu, timeout) == std::cv_status::no_timeout;
+}
+
 void CondVar::notify_all() {
   generation_.fetch_add(1, std::memory_order_acq_rel);
   cv_.notify_all();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -70,6 +71,9 @@ class CondVar {
  public:
   // REQUIRES: mu held; it is released while waiting and held again on return.
   void wait(Mutex& mu) REQUIRES(mu);
+  // Like wait(), but returns false if `timeout` passed without a notify_all (or a spurious
+  // wake-up). In the simulator (a CoopScheduler thread) it is wait(): its time is not real.
+  bool wait_for(Mutex& mu, std::chrono::milliseconds timeout) REQUIRES(mu);
   void notify_all();
 
  private:

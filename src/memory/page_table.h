@@ -64,6 +64,10 @@ struct PageEntry {
   // HLRC at the home: the page is open for writing while the frames track its writes
   // (PageFrames::track_writes); a release finds them (docs/protocols/hlrc.md#write-tracking).
   bool write_tracked = false;
+  // HLRC at the home: a release found the page written (write tracking) and took it out of the
+  // hot set, but has not yet raised its version for that interval: it must not be offered to
+  // another node meanwhile (the master would travel with the older version).
+  bool announcing = false;
   uint32_t last_flush = 0;  // interval of this node's last diff sent for the page
   std::unique_ptr<std::byte[]> twin;
   VersionVec required;  // writes this node must see before using the page

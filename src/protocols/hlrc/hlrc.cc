@@ -18,6 +18,10 @@ using memory::VersionVec;
 
 namespace {
 
+// How often a waiting fault looks at the clock, and after how long it reports its page.
+constexpr std::chrono::milliseconds kStallCheck{1000};
+constexpr int64_t kStallReportNs = 5'000'000'000;
+
 uint8_t st(PageState s) { return static_cast<uint8_t>(s); }
 
 // Records that the page's home is `home` after move `moves`, unless this node knows a later one.
@@ -275,10 +279,10 @@ std::string Hlrc::dump_page(PageId page) {
   if (e == nullptr) return fmt::format("page {}: no entry", page);
   return fmt::format(
       "page {} on node {}: home={} (moved {}x) state={} prot={} fetching={} dirty={} tracked={} "
-      "twin={} last_flush={} required={} version={} streak={}x{} readers={}",
+      "announcing={} twin={} last_flush={} required={} version={} streak={}x{} readers={}",
       page, me_, e->home, e->home_moves, state_name(e->state), memory::prot_name(e->prot),
-      e->fetching, e->in_dirty_list, e->write_tracked, e->twin != nullptr, e->last_flush,
-      e->required.to_string(), e->version.to_string(), e->streak_writer, e->streak,
+      e->fetching, e->in_dirty_list, e->write_tracked, e->announcing, e->twin != nullptr,
+      e->last_flush, e->required.to_string(), e->version.to_string(), e->streak_writer, e->streak,
       fmt::join(e->copyset, ","));
 }
 
@@ -371,6 +375,16 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
     counters_.write_faults.fetch_add(1, std::memory_order_relaxed);
   else
     counters_.read_faults.fetch_add(1, std::memory_order_relaxed);
+  // A fault that waits long on its page says so once, with the page's state: a hang is then
+  // explained in the output, not silent (and loomrun's --timeout ends it).
+  const int64_t fault_start = now();
+  bool stall_reported = false;
+  auto waited = [&](bool notified, const char* what) {
+    if (notified || stall_reported || now() - fault_start < kStallReportNs) return;
+    stall_reported = true;
+    LOOM_WARN("a {} fault has waited {} ms for {}: {}", is_write ? "write" : "read",
+              (now() - fault_start) / 1000000, what, dump_page(page));
+  };
   for (;;) {
     int32_t home;
     {
@@ -391,14 +405,16 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
     }
     if (e.state == st(PageState::kHomeMoving)) {
       // The page is offered to another node: wait for its answer, then fault as home or not.
-      table_.cv_of(page).wait(table_.lock_of(page));
+      waited(table_.cv_of(page).wait_for(table_.lock_of(page), kStallCheck),
+             "the answer to its home offer");
       continue;
     }
     if (e.home == static_cast<int32_t>(me_) && !e.version.covers(e.required)) {
       // An acquire told us of writes whose diffs have not reached us yet. (Then look again: the
       // home may have moved meanwhile.)
       int64_t t0 = now();
-      table_.cv_of(page).wait(table_.lock_of(page));
+      waited(table_.cv_of(page).wait_for(table_.lock_of(page), kStallCheck),
+             "diffs its notices announced");
       counters_.home_wait_ns.fetch_add(now() - t0, std::memory_order_relaxed);
       continue;
     }
@@ -431,7 +447,8 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
       case PageState::kInvalid:
         if (e.fetching) {
           // Another thread of this node is fetching the page: one fetch serves both.
-          table_.cv_of(page).wait(table_.lock_of(page));
+          waited(table_.cv_of(page).wait_for(table_.lock_of(page), kStallCheck),
+                 "another thread's fetch");
           continue;
         }
         e.fetching = true;
@@ -692,6 +709,7 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
     for (PageId p : batch) {
       PageEntry& e = table_.at(p);
       e.in_dirty_list = false;
+      e.announcing = false;
       if (e.home == static_cast<int32_t>(me_) && e.state == st(PageState::kHomePrivate)) {
         // It became private while listed (home migration, on_home_offer): no other node holds a
         // copy, so its writes need no notice.
@@ -860,6 +878,12 @@ void Hlrc::drop_hot(const std::vector<PageId>& pages, std::vector<PageId>* found
     }
     protect_ranges(open, Prot::kRead);
     space_.collect_written(runs_of(batch), found);
+    // Written in this interval (found by the scan or just now): announced by this release,
+    // which raises the version later; until then no offer may take the page away with an older
+    // one (maybe_offer_locked).
+    for (PageId p : batch)
+      if (std::find(found->begin(), found->end(), p) != found->end())
+        table_.at(p).announcing = true;
     counters_.wp_drops.fetch_add(batch.size(), std::memory_order_relaxed);
   });
   for (PageId p : pages) hot_.erase(p);
@@ -1887,8 +1911,8 @@ void Hlrc::maybe_offer_locked(PageId page, PageEntry& e, std::vector<Outgoing>* 
   // Only a settled master can move: shared (the writer has a copy), not written here in this
   // interval (its writes are in place, with no twin to diff), holding every write announced here,
   // and not part of a program's static data (node 0 keeps those).
-  if (e.state != st(PageState::kHomeShared) || e.in_dirty_list || !e.version.covers(e.required) ||
-      page >= space_.heap_pages())
+  if (e.state != st(PageState::kHomeShared) || e.in_dirty_list || e.announcing ||
+      !e.version.covers(e.required) || page >= space_.heap_pages())
     return;
   {
     MutexLock h(held_mu_);
