@@ -80,12 +80,10 @@ const ConfigRow kRows[] = {
      "Size of the shared region (a multiple of 4 MiB). Reserving costs nothing until pages are "
      "touched.",
      "", 4 << 20, INT64_MAX},
-    {"WRITE_DETECT", ConfigType::kEnum, "mprotect",
+    {"WRITE_DETECT", ConfigType::kEnum, "auto",
      "How a home finds its writes to pages other nodes read: uffd (the kernel records them, no "
      "signal: userfaultfd asynchronous write protection and PAGEMAP_SCAN, Linux 6.7), mprotect "
-     "(a fault per page and interval), or auto (uffd where the kernel allows it). mprotect by "
-     "default until a rare hang with "
-     "uffd is understood (docs/memory.md).",
+     "(a fault per page and interval), or auto (uffd where the kernel allows it).",
      "auto|uffd|mprotect"},
     {"PROTOCOL", ConfigType::kString, "hlrc",
      "Consistency protocol of allocations that name none (loomrun --list-protocols): hlrc, "

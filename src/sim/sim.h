@@ -61,7 +61,7 @@ struct Options {
   bool lock_keep = true;
   bool lazy_release = true;  // LOOM_LAZY_RELEASE
   // LOOM_WRITE_DETECT: the frames track writes (as uffd does on a real node), or mprotect only.
-  bool write_tracking = false;  // as LOOM_WRITE_DETECT's default (mprotect)
+  bool write_tracking = true;  // as LOOM_WRITE_DETECT's default (auto) on Linux 6.7+
   // Events kept for failure reports; print_trace prints every event as it happens (stderr).
   size_t trace_tail = 40;
   bool print_trace = false;
