@@ -10,7 +10,9 @@
 #                              many programs, one thread at a time, ~4 min under ASan); and
 #                              the clang -Wthread-safety build. In the sanitizer passes each
 #                              multi-process job (label mp) runs under one sanitizer: half of
-#                              them under ASan, the other half under TSan
+#                              them under ASan, the other half under TSan. The clang and ASan
+#                              builds compile (nice 19) while the release tests run, the TSan
+#                              build while the ASan tests run
 #   scripts/test.sh --quick    release build + every test only
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
