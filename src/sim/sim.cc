@@ -355,6 +355,44 @@ Status Simulation::run() {
   return Status::ok();
 }
 
+// --- After the run (fuzzing) ---------------------------------------------------------------------
+
+void Simulation::post(uint32_t src, uint32_t dst, comm::MsgType type,
+                      std::span<const std::byte> payload, bool request) {
+  LOOM_CHECK(!running_ && failure_.is_ok() && src < opts_.nodes && dst < opts_.nodes,
+             "post() after a successful run(), between nodes of the simulation");
+  comm::Comm& c = *nodes_[src]->comm;
+  note(fmt::format("node {} posts {}{} to {} ({} bytes)", src, c.registry().name_of(type),
+                   request ? " request" : "", dst, payload.size()));
+  Status s = request ? c.start_request(dst, type, payload, [](Status, comm::Buffer) {})
+                     : c.send(dst, type, payload);
+  LOOM_CHECK(s.is_ok(), "posting a message: {}", s.to_string());
+}
+
+Status Simulation::settle() {
+  LOOM_CHECK(!running_, "settle() during run()");
+  for (auto& t : threads_)
+    LOOM_CHECK(t->state == SimThread::State::kDone, "settle() with a thread still running");
+  running_ = true;
+  for (Step next = decide(); next.kind != Step::kEnd; next = decide()) {
+    if (next.kind == Step::kMessage)
+      deliver(next.index);
+    else
+      fire_timer(static_cast<uint32_t>(next.index));
+  }
+  // note: no thread is parked inside protocol code (each ended before), so nothing needs to be
+  // abandoned: the destructor tears the nodes down as after a successful run.
+  running_ = false;
+  if (!failure_.is_ok())
+    return Status(failure_.code(),
+                  fmt::format("simulation seed {} failed at step {}: {}\nlast events:\n{}",
+                              opts_.seed, steps_, failure_.message(), trace_tail()));
+  return Status::ok();
+}
+
+comm::Comm& Simulation::comm(uint32_t node) { return *nodes_.at(node)->comm; }
+protocols::hlrc::Hlrc& Simulation::hlrc(uint32_t node) { return *nodes_.at(node)->hlrc; }
+
 // --- Thread operations
 // ----------------------------------------------------------------------------
 

@@ -151,6 +151,22 @@ class Simulation {
 
   Status run();
 
+  // Test-only (fuzzing: tests/fuzz): after a run() that returned OK (every thread has ended),
+  // sends message `type` with `payload` from node `src` to node `dst`, as a request (its reply
+  // is dropped) or one-way, as Thread::inject does; settle() then delivers it. A peer's input
+  // with a valid header, taken by nodes whose state the run left behind.
+  void post(uint32_t src, uint32_t dst, comm::MsgType type, std::span<const std::byte> payload,
+            bool request);
+  // Delivers the messages in flight and fires the pending timers, in an order the seed picks,
+  // until none is left; returns the first failure (a node's fatal path: a malformed message),
+  // or OK. No thread runs any more, so a failed simulation can be destroyed normally.
+  // REQUIRES: run() returned OK.
+  Status settle();
+  // Test-only: a node's Comm and HLRC, for tests that register further message types (before
+  // run()) or look inside.
+  comm::Comm& comm(uint32_t node);
+  protocols::hlrc::Hlrc& hlrc(uint32_t node);
+
   // Stops the run with `why` (from a thread's program, e.g. a failed check); run() returns it.
   void fail(Status why);
   bool failed() const { return !failure_.is_ok(); }

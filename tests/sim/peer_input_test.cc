@@ -300,5 +300,41 @@ TEST(PeerInputDeathTest, HomeAnswerNamingAnUnknownProtocol) {
       "node 1: bad 'heap.home_query' reply from node 0: malformed: page", o);
 }
 
+// After a successful run, a posted message is delivered by settle() (the fuzz harness,
+// tests/fuzz/handlers_fuzz.cc): a malformed one ends in the receiver's fatal path, and the
+// simulation, with no thread parked, is destroyed normally (no death test needed).
+TEST(PeerInputTest, MessagePostedAfterTheRunStopsTheReceiverCleanly) {
+  const uint64_t l = managed_by_node0(lock_id);
+  for (int round = 0; round < 2; ++round) {
+    Options o;
+    Simulation sim(o);
+    sim.spawn(0, [](Thread&) {});
+    sim.spawn(1, [l](Thread& t) {
+      t.lock(l);
+      t.unlock(l);
+    });
+    ASSERT_TRUE(sim.run().is_ok());
+    std::vector<std::byte> req;
+    hl::ByteWriter w(&req);
+    w.u64(l);
+    w.u32(1);
+    sim.post(1, 0, sync::msg::kLockRequest, req, /*request=*/false);  // no vector time
+    Status s = sim.settle();
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_NE(s.message().find("node 0: bad 'lock.request' message from node 1: malformed"),
+              std::string::npos)
+        << s.to_string();
+  }
+}
+
+TEST(PeerInputTest, ValidMessagePostedAfterTheRunSettles) {
+  Options o;
+  Simulation sim(o);
+  sim.spawn(0, [](Thread&) {});
+  ASSERT_TRUE(sim.run().is_ok());
+  sim.post(1, 0, comm::sys_msg::kHeartbeat, {}, /*request=*/false);
+  EXPECT_TRUE(sim.settle().is_ok());
+}
+
 }  // namespace
 }  // namespace loom::sim
