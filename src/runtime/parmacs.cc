@@ -15,12 +15,12 @@
 #include "base/log.h"
 #include "loom/loom.hpp"
 #include "loom/parmacs.h"
+#include "runtime/parmacs_messages.h"
 #include "runtime/runtime.h"
 
 namespace loom::runtime {
 namespace {
 
-using protocols::ByteReader;
 using protocols::ByteWriter;
 using protocols::VectorTime;
 namespace hl = protocols::hlrc;
@@ -151,88 +151,42 @@ void create_one(void (*fn)(void), long total) {
 }  // namespace
 
 Status register_parmacs_messages(Runtime& r) {
-  comm::MessageRegistry& reg = r.comm().registry();
-  // Who sends what (parmacs.md): node 0 creates, ends and aborts; every other node reports to it.
-  // note: a CREATE names a function of the program by address (the same binary everywhere),
-  // which no check here can validate: peers are trusted not to lie (docs/comm.md, the job tag).
-  auto from_node0 = [&r](const comm::Incoming& in, const char* what) -> Status {
-    if (in.src() != 0 || r.rank() == 0)
-      return Status::malformed(fmt::format("{} from node {} to node {}: only node 0 sends it", what,
-                                           in.src(), r.rank()));
-    return Status::ok();
-  };
-  auto to_node0 = [&r](const comm::Incoming& in, const char* what) -> Status {
-    if (r.rank() != 0)
-      return Status::malformed(fmt::format("{} from node {} to node {}: only node 0 takes it", what,
-                                           in.src(), r.rank()));
-    return Status::ok();
-  };
-  Status s = reg.add(pm_msg::kCreate, "pm.create", [&r, from_node0](comm::Incoming& in) -> Status {
-    if (Status st = from_node0(in, "pm.create"); !st) return st;
-    ByteReader rd(in.payload());
-    CreateReq req;
-    if (!rd.u64(&req.fn) || !rd.u64(&req.index)) return Status::malformed("pm.create: truncated");
-    Result<VectorTime> vt = hl::read_vt(rd, r.size());
-    if (!vt) return vt.status();
-    req.creator_vt = std::move(*vt);
-    if (Status st = r.hlrc().store_notices(rd); !st) return st;
-    if (rd.left() != 0)
-      return Status::malformed(fmt::format("pm.create: {} trailing bytes", rd.left()));
+  PmNode node;
+  node.comm = &r.comm();
+  node.consistency = &r.hlrc();
+  node.create = [](PmCreate c) {
     State& st = state();
     MutexLock l(st.mu);
-    st.queue.push_back(std::move(req));
+    st.queue.push_back(CreateReq{c.fn, c.index, std::move(c.creator_vt)});
     st.cv.notify_all();
-    return Status::ok();
-  });
-  if (!s) return s;
-  s = reg.add(pm_msg::kDone, "pm.done", [&r, to_node0](comm::Incoming& in) -> Status {
-    if (Status st = to_node0(in, "pm.done"); !st) return st;
-    ByteReader rd(in.payload());
-    uint64_t index;
-    if (!rd.u64(&index)) return Status::malformed("pm.done: truncated");
-    if (Status st = r.hlrc().store_notices(rd); !st) return st;
-    if (rd.left() != 0)
-      return Status::malformed(fmt::format("pm.done: {} trailing bytes", rd.left()));
+  };
+  node.done = [] {
     State& st = state();
     MutexLock l(st.mu);
     st.finished++;
     st.cv.notify_all();
-    return Status::ok();
-  });
-  if (!s) return s;
-  s = reg.add(pm_msg::kEnd, "pm.end", [from_node0](comm::Incoming& in) -> Status {
-    if (Status bad = from_node0(in, "pm.end"); !bad) return bad;
+  };
+  node.end = [] {
     State& st = state();
     MutexLock l(st.mu);
     st.end = true;
     st.cv.notify_all();
-    return Status::ok();
-  });
-  if (!s) return s;
-  s = reg.add(pm_msg::kExit, "pm.exit", [to_node0](comm::Incoming& in) -> Status {
-    if (Status bad = to_node0(in, "pm.exit"); !bad) return bad;
-    uint32_t code;
-    if (in.payload().size() != sizeof code) return Status::malformed("pm.exit: bad length");
-    std::memcpy(&code, in.payload().data(), sizeof code);
+  };
+  node.exit = [](uint32_t code) {
     // note: stopping the job waits for every node's answer: not on the server thread.
     std::thread([code] { abort_job(static_cast<int>(code)); }).detach();
-    return Status::ok();
-  });
-  if (!s) return s;
-  return reg.add(pm_msg::kAbort, "pm.abort", [&r, from_node0](comm::Incoming& in) -> Status {
-    if (Status bad = from_node0(in, "pm.abort"); !bad) return bad;
-    uint32_t code;
-    if (in.payload().size() != sizeof code) return Status::malformed("pm.abort: bad length");
-    std::memcpy(&code, in.payload().data(), sizeof code);
+  };
+  node.abort = [&r](uint32_t code, comm::ReplyTo reply) {
     r.comm().begin_shutdown();
-    Status st = r.comm().reply(in.reply_to(), std::span<const std::byte>());
+    Status st = r.comm().reply(reply, std::span<const std::byte>());
     // The reply goes out before the process ends.
     std::thread([code] {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       quit_now(static_cast<int>(code));
     }).detach();
     return st;
-  });
+  };
+  return register_parmacs_handlers(node);
 }
 
 namespace {
