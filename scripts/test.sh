@@ -8,7 +8,9 @@
 #                              which run in the release pass; and the loom-sim batch runs, label
 #                              "sim_batch" (they repeat the simulator code of the "sim" tests over
 #                              many programs, one thread at a time, ~4 min under ASan); and
-#                              the clang -Wthread-safety build. In the sanitizer passes each
+#                              the clang -Wthread-safety build, which also builds the fuzz
+#                              targets with libFuzzer and runs each for a few seconds (label
+#                              fuzz; docs/fuzz.md). In the sanitizer passes each
 #                              multi-process job (label mp) runs under one sanitizer: half of
 #                              them under ASan, the other half under TSan. The clang and ASan
 #                              builds compile (nice 19) while the release tests run, the TSan
@@ -80,11 +82,14 @@ wait_build() {
 }
 if ((quick == 0)); then
   # note: the annotated code is in the libraries and tools; the tests and benchmarks carry no
-  # annotations, and leaving them out keeps CI within its time budget on a 2-core machine.
-  build_behind 'set -e; echo "== clang -Wthread-safety build"
+  # annotations, and leaving them out keeps CI within its time budget on a 2-core machine. The
+  # same build is instrumented for libFuzzer with ASan+UBSan (docs/fuzz.md): its fuzz targets
+  # run a few seconds each after the release tests (label fuzz); the release pass replays their
+  # corpora.
+  build_behind 'set -e; echo "== clang -Wthread-safety build, and the fuzz targets"
     cmake --preset clang-tsa >/dev/null
     tsa=0; cmake --build --preset clang-tsa --target loom_runtime loom_sim loom_parmacs loomrun \
-      loom-sim || tsa=1
+      loom-sim fuzz_wire_header fuzz_boot_frames fuzz_handlers || tsa=1
     echo "== ASan+UBSan build"
     cmake --preset asan >/dev/null
     cmake --build --preset asan
@@ -98,6 +103,10 @@ if ((quick == 0)); then
   wait_build || rc=$?
   ((rc == 3)) && status=1  # the -Wthread-safety build failed; the ASan build is fine
   ((rc != 0 && rc != 3)) && exit 1
+  if ((rc == 0)); then
+    step "fuzz targets, a few seconds each (clang build)"
+    ctest --preset clang-tsa -j2 -L fuzz || { status=1; digest_failures build-clang; }
+  fi
 
   step "ASan+UBSan tests (the TSan build is made meanwhile)"
   build_behind 'cmake --preset tsan >/dev/null && cmake --build --preset tsan'
