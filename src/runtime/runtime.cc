@@ -664,8 +664,7 @@ void Runtime::on_fatal(const Status& why) {
     }
   }
   remove_shm_dir();
-  if (!comm_->aborted_by_peer() || bootstrap_->abort_after_peer_abort())
-    bootstrap_->abort_job(reason, culprit, fatal_exit_code_.load(std::memory_order_relaxed));
+  bootstrap_->abort_job(reason, culprit, fatal_exit_code_.load(std::memory_order_relaxed));
   std::fflush(stdout);
   // The counters so far, marked partial: also when the job is being stopped (a launcher's
   // SIGTERM reaches the nodes one after another, and this node may learn that a peer is gone

@@ -107,9 +107,9 @@ for i in "${!actions[@]}"; do
   fi
   if [[ $launcher == mpirun && $phase == shutdown && $action == stop && ${FAIL_MATRIX_ALL:-0} != 1 ]]
   then
-    # Open: this job still ran after 30 s in 2 of 41 runs (2026-11-27 morning) and, since only
-    # the node that found the failure calls PMIx_Abort, in 1 of 91; the others stopped in
-    # 4.0-7.3 s. In the one caught with ps, every node had ended (zombies, each having printed
+    # Open: this job still ran after 30 s in 2 of 41 runs (2026-11-27 morning); the others
+    # stopped in 4.0-7.3 s (with only the node that found the failure calling PMIx_Abort: 1 of
+    # 91, but mpirun itself then crashed once, SIGSEGV, in the "hang" case; reverted). In the one caught with ps, every node had ended (zombies, each having printed
     # its error naming node 2) and mpirun itself waited on a futex: Open MPI 4.1's mpirun, not
     # Loom, hangs there. FAIL_MATRIX_ALL=1 runs it (on a hang the script prints the job's
     # processes and output).

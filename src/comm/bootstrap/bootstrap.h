@@ -74,11 +74,6 @@ class Bootstrap {
     (void)culprit;
     (void)status;
   }
-  // Whether a node that another node stopped (an ABORT message) must still call abort_job:
-  // true where the launcher learns each node's reason from it (loomrun: the first ABORT frame
-  // names the culprit, and the stopping node's own frame may arrive after the others' exits);
-  // false where one node's abort ends the whole job and more of them only race with it (PMIx).
-  virtual bool abort_after_peer_abort() const { return true; }
 };
 
 Result<std::unique_ptr<Bootstrap>> make_bootstrap(const Config& config);

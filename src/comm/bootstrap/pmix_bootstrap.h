@@ -59,9 +59,6 @@ class PmixBootstrap final : public Bootstrap {
   int event_fd() const override { return event_fd_; }
   Status handle_event() override;
   void abort_job(std::string_view reason, NodeId culprit = boot::kNoRank, int status = 3) override;
-  // One PMIx_Abort ends the job; Open MPI 4.1's mpirun hung (2 of 41 jobs) when every node
-  // called it at once while a stopped node was being killed.
-  bool abort_after_peer_abort() const override { return false; }
 
   // Called by PMIx's progress thread (pmix_bootstrap.cc's handler) with a failure to report.
   void on_failure(Status s) EXCLUDES(mu_);
