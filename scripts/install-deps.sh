@@ -2,7 +2,7 @@
 # Installs Loom's build and test dependencies from Debian 12 packages (needs root or sudo).
 set -euo pipefail
 packages=(
-  build-essential cmake ninja-build pkg-config clang
+  build-essential cmake ninja-build pkg-config clang libclang-rt-14-dev
   libucx-dev ucx-utils libpmix-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libfmt-dev nlohmann-json3-dev
