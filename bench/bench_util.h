@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -101,6 +102,20 @@ inline int usage_error(const char* program, const std::string& what, const char*
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
   return kExitUsage;
+}
+
+// The start of a benchmark's main(): parses the arguments with `parse` (returns an error text,
+// or nothing). A usage error or --help ends the program: its exit status is returned; nothing
+// is returned when the benchmark is to run.
+template <class Args, class Parse>
+std::optional<int> parse_or_exit(int argc, char** argv, const char* program, const char* usage,
+                                 Parse parse, Args* args) {
+  if (auto err = parse(argc, argv, args)) return usage_error(program, *err, usage);
+  if (args->help) {
+    if (is_node0()) std::printf("%s\n(see the header of bench/%s.cc)\n", usage, program);
+    return 0;
+  }
+  return std::nullopt;
 }
 
 }  // namespace loom::bench

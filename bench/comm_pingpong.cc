@@ -539,13 +539,9 @@ int run_stress(double seconds) {
 
 int main(int argc, char** argv) {
   loom::bench::Args args;
-  if (auto err = loom::bench::parse_args(argc, argv, &args))
-    return loom::bench::usage_error("comm_pingpong", *err, loom::bench::kUsage);
-  if (args.help) {
-    if (loom::bench::is_node0())
-      std::printf("%s\n(see the header of bench/comm_pingpong.cc)\n", loom::bench::kUsage);
-    return 0;
-  }
+  if (auto rc = loom::bench::parse_or_exit(argc, argv, "comm_pingpong", loom::bench::kUsage,
+                                           loom::bench::parse_args, &args))
+    return *rc;
   loom::init(&argc, &argv);
   loom::bench::Server server(loom::runtime::current().comm());
   server.register_types();

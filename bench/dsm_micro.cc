@@ -1143,13 +1143,9 @@ int run(const Args& args) {
 
 int main(int argc, char** argv) {
   loom::bench::Args args;
-  if (auto err = loom::bench::parse_args(argc, argv, &args))
-    return loom::bench::usage_error("dsm_micro", *err, loom::bench::kUsage);
-  if (args.help) {
-    if (loom::bench::is_node0())
-      std::printf("%s\n(see the header of bench/dsm_micro.cc)\n", loom::bench::kUsage);
-    return 0;
-  }
+  if (auto rc = loom::bench::parse_or_exit(argc, argv, "dsm_micro", loom::bench::kUsage,
+                                           loom::bench::parse_args, &args))
+    return *rc;
   loom::init(&argc, &argv);
   int rc = loom::bench::run(args);
   loom::finalize();
