@@ -13,6 +13,10 @@ thread_local CoopScheduler* t_scheduler = nullptr;
 CoopScheduler* coop_scheduler() { return t_scheduler; }
 void set_coop_scheduler(CoopScheduler* s) { t_scheduler = s; }
 
+void preemption_point(std::string_view what) {
+  if (CoopScheduler* s = t_scheduler) s->block_until([] { return true; }, what);
+}
+
 void Mutex::lock_slow() {
   CoopScheduler* s = t_scheduler;
   if (s == nullptr) {

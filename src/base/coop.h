@@ -31,4 +31,10 @@ CoopScheduler* coop_scheduler();
 // Installs `s` for the calling thread (null removes it).
 void set_coop_scheduler(CoopScheduler* s);
 
+// A point where a real thread may lose the CPU for a while, and other threads and message
+// handlers change what it is working on before it goes on (a window a protocol must survive).
+// In the simulator the scheduler may run other threads and deliver messages here, so the checker
+// explores the window; in a normal process it does nothing.
+void preemption_point(std::string_view what);
+
 }  // namespace loom

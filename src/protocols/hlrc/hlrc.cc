@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/coop.h"
 #include "base/log.h"
 #include "memory/diff.h"
 
@@ -651,12 +652,17 @@ void Hlrc::release_from_handler() {
 void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> written) {
   std::vector<PageId> pages = dirty_.take();
   std::vector<PageId> unarmed;  // dropped for home migration: not armed again now
+  std::vector<PageId> found;    // tracked home pages written in this interval (sorted)
   if (tracking_.load(std::memory_order_acquire)) {
     // Tracked home pages written in this interval: announced as the listed ones are.
-    std::vector<PageId> found = scan_hot(&unarmed);
+    found = scan_hot(&unarmed);
     if (opts_.mutant == Options::Mutant::kIgnoreWritten) found.clear();
+    std::sort(found.begin(), found.end());
     pages.insert(pages.end(), found.begin(), found.end());
   }
+  // (the listed pages are still open, and the dropped ones closed: their threads may fault and
+  // list them for the next interval, and diffs and requests may arrive, before the batches below)
+  preemption_point("release");
   if (pages.empty() && written.empty()) return;
   std::sort(pages.begin(), pages.end());
   pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
@@ -674,7 +680,18 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
       .writer = me_, .interval = interval, .lamport = next.lamport, .pages = {}, .blocks = {}};
   // note: in batches of kStripeBatch pages, so a thread holds a bounded number of stripe locks
   // (each page is still write-protected and diffed under its own stripe).
-  in_stripe_batches(table_, pages, [&](const std::vector<PageId>& batch) {
+  in_stripe_batches(table_, pages, [&](const std::vector<PageId>& taken) {
+    // A listed page whose flag is clear is a stale entry: a write fault listed it again after
+    // the previous release took the list, while that release's drop_hot had the page closed,
+    // and that release then announced the write (the page was among its found ones) and cleared
+    // the flag. Announcing it again would raise the version of a page nobody wrote since, and
+    // of a page that may have been offered meanwhile (the clear flag let maybe_offer_locked
+    // send it with the older version): the new home would wait forever for that version.
+    std::vector<PageId> batch;
+    batch.reserve(taken.size());
+    for (PageId p : taken)
+      if (table_.at(p).in_dirty_list || std::binary_search(found.begin(), found.end(), p))
+        batch.push_back(p);
     // Write-protect first: a local thread writing meanwhile now faults and waits for the
     // stripe, so the diff below sees every write of this interval and none of the next.
     // Home-shared pages, if the frames can track writes, are armed instead and stay open: a
@@ -716,6 +733,11 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
         continue;
       }
       if (e.home == static_cast<int32_t>(me_)) {
+        // note: an offered page had no unannounced write (maybe_offer_locked): it cannot be
+        // listed or found.
+        LOOM_CHECK(e.state != st(PageState::kHomeMoving),
+                   "releasing interval {}: an offered page is listed as written: {}", interval,
+                   dump_page(p));
         e.version.raise(me_, interval);
         if (e.prot == Prot::kReadWrite && !e.write_tracked) e.prot = Prot::kRead;
         // The home writes it too: the page stays (home migration). The streak then counts the
