@@ -11,10 +11,10 @@
 #                              the clang -Wthread-safety build, which also builds the fuzz
 #                              targets with libFuzzer and runs each for a few seconds (label
 #                              fuzz; docs/fuzz.md). In the sanitizer passes each
-#                              multi-process job (label mp) runs under one sanitizer: half of
-#                              them under ASan, the other half under TSan. The clang and ASan
-#                              builds compile (nice 19) while the release tests run, the TSan
-#                              build while the ASan tests run
+#                              multi-process job (label mp) runs under one sanitizer: two thirds
+#                              of them under ASan, the others under TSan. The clang, ASan and
+#                              TSan builds compile (SCHED_IDLE) while the release tests run (the
+#                              TSan build also while the ASan tests run)
 #   scripts/test.sh --quick    release build + every test only
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -62,45 +62,60 @@ fi
 step "release build and tests"
 cmake --preset release >/dev/null && cmake --build --preset release || exit 1
 
-# The clang and sanitizer builds compile while the tests of the build before them run, at the
-# lowest priority (nice 19: CFS gives such a task ~1.5 % of a core against a test's process that
-# wants it). Most of a pass's time is multi-process jobs that leave a core idle (waiting on a
-# failure bound, a peer, a timer), which the build then uses; this takes ~5 min off CI on a
-# 2-core machine. Each build's output is printed when it is waited for.
-bg_pid=0 bg_log=""
-build_behind() {
-  bg_log=$(mktemp)
-  (nice -n 19 bash -c "$1") >"$bg_log" 2>&1 &
-  bg_pid=$!
-}
+# The clang, ASan and TSan builds compile, one after another, while the release tests (and then
+# the ASan tests) run, at the lowest priority: SCHED_IDLE (chrt --idle), which runs them only on
+# a core no test wants. Most of a pass's time is multi-process jobs that leave a core idle
+# (waiting on a failure bound, a peer, a timer), which the builds then use; this takes ~5 min off
+# CI on a 2-core machine. why not nice 19: a nice-19 task still holds a core for a slice when a
+# test's thread wakes up, and these tests wake up all the time (bench.soak_2n took 27 s beside a
+# nice-19 build, 10 s beside a SCHED_IDLE one, 8 s alone). Each build's output is printed when
+# it is waited for; each writes its status to a file when it is done.
+if chrt --idle 0 true 2>/dev/null; then low_priority=(chrt --idle 0); else low_priority=(nice -n 19); fi
+bg_dir=$(mktemp -d)
+trap 'rm -rf "$bg_dir"' EXIT
+bg_pid=0
+# Waits until the background builds have written status file $1 (or have ended without it),
+# prints log $2, and returns the status (1 if there is none).
 wait_build() {
-  local rc=0
-  wait "$bg_pid" || rc=$?
-  cat "$bg_log"
-  rm -f "$bg_log"
-  return $rc
+  local done=$bg_dir/$1 log=$bg_dir/$2
+  until [[ -f $done ]]; do
+    kill -0 "$bg_pid" 2>/dev/null || break
+    sleep 1
+  done
+  [[ -f $log ]] && cat "$log"
+  [[ -f $done ]] || return 1
+  return "$(cat "$done")"
 }
 if ((quick == 0)); then
   # note: the annotated code is in the libraries and tools; the tests and benchmarks carry no
   # annotations, and leaving them out keeps CI within its time budget on a 2-core machine. The
   # same build is instrumented for libFuzzer with ASan+UBSan (docs/fuzz.md): its fuzz targets
   # run a few seconds each after the release tests (label fuzz); the release pass replays their
-  # corpora.
-  build_behind 'set -e; echo "== clang -Wthread-safety build, and the fuzz targets"
-    cmake --preset clang-tsa >/dev/null
-    tsa=0; cmake --build --preset clang-tsa --target loom_runtime loom_sim loom_parmacs loomrun \
-      loom-sim fuzz_wire_header fuzz_boot_frames fuzz_handlers || tsa=1
-    echo "== ASan+UBSan build"
-    cmake --preset asan >/dev/null
-    cmake --build --preset asan
-    exit $((tsa ? 3 : 0))'
+  # corpora. Status 3: only the -Wthread-safety build failed (the ASan build is fine).
+  "${low_priority[@]}" bash -c 'cd "$1" || exit 1
+    {
+      echo "== clang -Wthread-safety build, and the fuzz targets"
+      tsa=0
+      { cmake --preset clang-tsa >/dev/null &&
+        cmake --build --preset clang-tsa --target loom_runtime loom_sim loom_parmacs loomrun \
+          loom-sim fuzz_wire_header fuzz_boot_frames fuzz_handlers; } || tsa=3
+      echo "== ASan+UBSan build"
+      { cmake --preset asan >/dev/null && cmake --build --preset asan; } || tsa=1
+    } >"$2/first.log" 2>&1
+    echo "$tsa" >"$2/first.status"
+    {
+      echo "== ThreadSanitizer build"
+      cmake --preset tsan >/dev/null && cmake --build --preset tsan
+    } >"$2/tsan.log" 2>&1
+    echo $? >"$2/tsan.status"' bash "$PWD" "$bg_dir" &
+  bg_pid=$!
 fi
 ctest --preset release -j2 || { status=1; digest_failures build; }
 
 if ((quick == 0)); then
   step "clang -Wthread-safety and ASan+UBSan builds (made during the release tests)"
   rc=0
-  wait_build || rc=$?
+  wait_build first.status first.log || rc=$?
   ((rc == 3)) && status=1  # the -Wthread-safety build failed; the ASan build is fine
   ((rc != 0 && rc != 3)) && exit 1
   if ((rc == 0)); then
@@ -108,14 +123,13 @@ if ((quick == 0)); then
     ctest --preset clang-tsa -j2 -L fuzz || { status=1; digest_failures build-clang; }
   fi
 
-  step "ASan+UBSan tests (the TSan build is made meanwhile)"
-  build_behind 'cmake --preset tsan >/dev/null && cmake --build --preset tsan'
+  step "ASan+UBSan tests (the TSan build goes on meanwhile)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
     sanitizer_tests asan 1 2
 
-  step "ThreadSanitizer build (made during the ASan tests) and tests"
-  wait_build || exit 1
+  step "ThreadSanitizer build (made during the release and ASan tests) and tests"
+  wait_build tsan.status tsan.log || exit 1
   # note: UCX_MEM_MMAP_HOOK_MODE=none: UCX's libucm otherwise patches madvise(), which glibc
   # calls as a thread exits, and ThreadSanitizer's runtime crashes there. tests/tsan.supp says
   # which reports are one-sided writes ordered through another process; those suppressions match
