@@ -97,8 +97,8 @@ if ((quick == 0)); then
       echo "== clang -Wthread-safety build, and the fuzz targets"
       tsa=0
       { cmake --preset clang-tsa >/dev/null &&
-        cmake --build --preset clang-tsa --target loom_runtime loom_sim loom_parmacs loomrun \
-          loom-sim fuzz_wire_header fuzz_boot_frames fuzz_handlers; } || tsa=3
+        cmake --build --preset clang-tsa --target loom_runtime loom_sim loom_parmacs \
+          fuzz_wire_header fuzz_boot_frames fuzz_handlers; } || tsa=3
       echo "== ASan+UBSan build"
       { cmake --preset asan >/dev/null && cmake --build --preset asan; } || tsa=1
     } >"$2/first.log" 2>&1

@@ -64,6 +64,11 @@ const ConfigRow kRows[] = {
      "reach the next shutdown step within this is declared failed, and a node whose own "
      "shutdown takes longer stops itself (ms).",
      "", 100, 86400000},
+    {"STALL_REPORT_MS", ConfigType::kInt, "5000",
+     "A page fault that has waited this long (for its page's reply, another thread's fetch, "
+     "diffs its notices announced or a home offer's answer) prints a warning with the page's "
+     "state, once per fault, and goes on waiting (ms).",
+     "", 1, 86400000},
     {"MAX_INFLIGHT", ConfigType::kInt, "256",
      "Flow control: unfinished sends per peer before a sending application thread waits.", "", 1,
      1 << 20},

@@ -369,6 +369,11 @@ const Status& Comm::wait(Completion& c) {
   return c.wait(this, opts_.wait_spin_ns);
 }
 
+Status Comm::wait_for(Completion& c, int64_t timeout_ns) {
+  LOOM_CHECK(!on_dispatcher(), "a handler tried to wait on a completion");
+  return c.wait_for(this, opts_.wait_spin_ns, timeout_ns);
+}
+
 // --- Arrivals ------------------------------------------------------------------------------
 
 void Comm::on_arrival(Arrival& a) {

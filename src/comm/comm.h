@@ -158,6 +158,9 @@ class Comm final : private TransportSink, public Poller {
 
   // Waits on `c`, polling the network for wait_spin_ns first. Application threads only.
   const Status& wait(Completion& c);
+  // The same, for at most `timeout_ns`: c's status, or Status::timeout if `c` is not done
+  // (check c.done() to tell it from an operation that itself timed out).
+  Status wait_for(Completion& c, int64_t timeout_ns);
 
   // --- Timers -------------------------------------------------------------------------------
   // Callbacks the dispatcher runs at a given time (comm/timers.h): poll() runs the due ones.

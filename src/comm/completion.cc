@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "base/coop.h"
@@ -87,11 +88,23 @@ bool Completion::sleep_until_done(int64_t timeout_ns) {
 void Completion::yield_to_dispatcher() { sched_yield(); }
 
 const Status& Completion::wait(Poller* poller, int64_t spin_ns) {
-  if (done()) return status_;
+  wait_until_done(poller, spin_ns, -1);
+  return status_;
+}
+
+Status Completion::wait_for(Poller* poller, int64_t spin_ns, int64_t timeout_ns) {
+  if (!wait_until_done(poller, spin_ns, std::max<int64_t>(timeout_ns, 0)))
+    return Status::timeout("operation did not complete in time");
+  return status_;
+}
+
+bool Completion::wait_until_done(Poller* poller, int64_t spin_ns, int64_t timeout_ns) {
+  if (done()) return true;
   if (CoopScheduler* s = coop_scheduler()) {
     // Simulated thread: the simulator delivers the messages that will complete us.
+    // note: simulated time has no timeouts; a wait that never ends is reported as a deadlock.
     s->block_until([this] { return done(); }, "completion");
-    return status_;
+    return true;
   }
   int64_t start = now_ns();
   unsigned n = 0;
@@ -102,53 +115,25 @@ const Status& Completion::wait(Poller* poller, int64_t spin_ns) {
     } else if (!done()) {
       yield_to_dispatcher();
     }
-    if ((++n & 63) == 0 && now_ns() - start > spin_ns) {
+    if ((++n & 63) != 0) continue;
+    const int64_t elapsed = now_ns() - start;
+    if (timeout_ns >= 0 && elapsed > timeout_ns) break;
+    if (elapsed > spin_ns) {
       if (poller != nullptr && !poller->begin_sleep()) {
         poller->end_sleep();  // a reply may be there: poll on
         continue;
       }
       int64_t slept_from = now_ns();
       if (poller != nullptr && !t_in_loom_work) poller->app_in_loom(slept_from - start);
-      sleep_until_done(-1);
+      bool in_time =
+          sleep_until_done(timeout_ns < 0 ? -1 : std::max<int64_t>(timeout_ns - elapsed, 0));
       if (poller != nullptr) poller->end_sleep();
       if (t_in_loom_work) t_slept_ns += now_ns() - slept_from;
-      return status_;
+      return in_time;
     }
   }
   if (poller != nullptr && !t_in_loom_work) poller->app_in_loom(now_ns() - start);
-  return status_;
-}
-
-Status Completion::wait_for(Poller* poller, int64_t spin_ns, int64_t timeout_ns) {
-  if (CoopScheduler* s = coop_scheduler(); s != nullptr && !done()) {
-    // note: simulated time has no timeouts; a wait that never ends is reported as a deadlock.
-    s->block_until([this] { return done(); }, "completion");
-    return status_;
-  }
-  int64_t start = now_ns();
-  unsigned n = 0;
-  while (!done()) {
-    bool progressed = poller != nullptr && poller->poll_for_waiter();
-    if (!progressed) {
-      cpu_relax();
-    } else if (!done()) {
-      yield_to_dispatcher();
-    }
-    if ((++n & 63) == 0) {
-      int64_t elapsed = now_ns() - start;
-      if (elapsed > timeout_ns) return Status::timeout("operation did not complete in time");
-      if (elapsed > spin_ns) {
-        if (poller != nullptr && !poller->begin_sleep()) {
-          poller->end_sleep();  // a reply may be there: poll on
-          continue;
-        }
-        bool done_in_time = sleep_until_done(timeout_ns - elapsed);
-        if (poller != nullptr) poller->end_sleep();
-        if (!done_in_time) return Status::timeout("operation did not complete in time");
-      }
-    }
-  }
-  return status_;
+  return done();
 }
 
 void Completion::reset() {

@@ -78,6 +78,8 @@ class Completion final : public OpCallback {
   static constexpr uint32_t kDone = 2;
 
   bool sleep_until_done(int64_t timeout_ns);
+  // wait() and wait_for() (timeout_ns < 0: no limit): whether the completion is done.
+  bool wait_until_done(Poller* poller, int64_t spin_ns, int64_t timeout_ns);
   static void yield_to_dispatcher();
 
   std::atomic<uint32_t> state_{kPending};

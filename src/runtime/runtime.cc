@@ -413,6 +413,7 @@ void Runtime::start_memory() {
   hopts.migrate_after = static_cast<uint32_t>(config_.get_int("HOME_MIGRATION"));
   hopts.push_pages = static_cast<uint32_t>(config_.get_int("PUSH_PAGES"));
   hopts.fetch_ahead = static_cast<uint32_t>(config_.get_int("FETCH_AHEAD"));
+  hopts.stall_report_ms = config_.get_int("STALL_REPORT_MS");
   hopts.causal_fetch = config_.get_bool("CAUSAL_FETCH");
   hlrc_ = std::make_unique<protocols::hlrc::Hlrc>(*comm_, *space_, *table_, *heap_, hopts);
   platform_ = std::make_unique<protocols::Platform>(*space_, *table_, *heap_, *hlrc_);

@@ -23,6 +23,10 @@
 //   dsm_check gc BARRIERS          many barrier intervals; write-notice storage stays bounded
 //   dsm_check lockgc ROUNDS        nodes take turns under one lock, no barrier: notice storage
 //                                  stays bounded by the lock-only garbage collection
+//   dsm_check stall T              2 nodes: node 0 stops itself (SIGSTOP) after a barrier; T
+//                                  threads of node 1 then read its page (one fetches, the others
+//                                  wait for that fetch). tests/mp/stall_report.sh continues
+//                                  node 0 and checks the faults' stall reports
 //
 // Misuse (each must stop the job; tests/mp/CMakeLists.txt checks the message or the signal):
 //   dsm_check badaccess WHAT       the last node reads never-allocated shared memory: WHAT =
@@ -38,7 +42,9 @@
 //
 // Every check prints "ok: ..." on success; failures print "FAILED: ..." and exit 1.
 #include <fmt/format.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -1068,6 +1074,55 @@ int big(uint64_t pages2) {
           : "");
   return 0;
 }
+// --- stall ----------------------------------------------------------------------------------
+
+// A fault that waits long says so (LOOM_STALL_REPORT_MS), whether it waits for its own request's
+// reply or for another thread's fetch; the job goes on once the home answers.
+int stall(int threads) {
+  check(nodes() == 2, "dsm_check stall: needs 2 nodes");
+  struct Shared {
+    loom::barrier bar;
+    uint64_t* page;
+  };
+  Shared* s = nullptr;
+  if (me() == 0) {
+    s = static_cast<Shared*>(loom::alloc(sizeof(Shared)));
+    // note: a whole page of the allocation, so that it shares no page with `s` (node 1 reads
+    // that one first).
+    auto* base = static_cast<std::byte*>(loom::alloc(3 * kPage, {loom::Placement::kNode, 0}));
+    auto* page = reinterpret_cast<uint64_t*>((reinterpret_cast<uintptr_t>(base) + 2 * kPage - 1) &
+                                             ~uintptr_t{kPage - 1});
+    for (size_t i = 0; i < kPage / 8; ++i) page[i] = i * 3 + 1;
+    new (s) Shared{loom::barrier(2), page};
+  }
+  s = loom::broadcast_ptr(s, 0);
+  loom::barrier bar = s->bar;
+  // note: node 1 learns the page's home now (a question to the chunk's owner, node 0), so that
+  // its faults below wait for the page itself.
+  if (me() == 1) check(loom::home_of(s->page) == 0, "the page's home is not node 0");
+  bar.wait();
+  if (me() == 0) {
+    std::printf("stall: node 0 stops (pid %d)\n", static_cast<int>(getpid()));
+    std::fflush(stdout);
+    raise(SIGSTOP);
+  } else {
+    // note: node 0 has stopped by now (the script continues it after 1.5 s).
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::vector<std::thread> readers;
+    for (int t = 0; t < threads; ++t)
+      readers.emplace_back([&s, t] {
+        const size_t i = static_cast<size_t>(t) * 7;
+        check(s->page[i] == i * 3 + 1, fmt::format("thread {}: word {} is {}", t, i, s->page[i]));
+      });
+    auto t0 = Clock::now();
+    for (std::thread& r : readers) r.join();
+    std::printf("stall: node 1 read the page in %.0f ms\n", seconds_since(t0) * 1000);
+  }
+  bar.wait();
+  std::printf("ok: stall node %d\n", me());
+  return 0;
+}
+
 // --- gc -------------------------------------------------------------------------------------
 
 // BARRIERS barrier intervals; in each, every node writes its word of one shared page (so every
@@ -1287,6 +1342,8 @@ int main(int argc, char** argv) {
     rc = gc_check(static_cast<int>(arg(2, 100000)));
   else if (mode == "lockgc")
     rc = lockgc(static_cast<int>(arg(2, 6000)));
+  else if (mode == "stall")
+    rc = stall(static_cast<int>(arg(2, 2)));
   else if (mode == "badaccess")
     rc = badaccess(word);
   else if (mode == "badalloc")

@@ -19,9 +19,9 @@ using memory::VersionVec;
 
 namespace {
 
-// How often a waiting fault looks at the clock, and after how long it reports its page.
+// How often (at most) a waiting fault looks at the clock; it reports its page after
+// Options::stall_report_ms.
 constexpr std::chrono::milliseconds kStallCheck{1000};
-constexpr int64_t kStallReportNs = 5'000'000'000;
 
 uint8_t st(PageState s) { return static_cast<uint8_t>(s); }
 
@@ -378,13 +378,15 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
     counters_.read_faults.fetch_add(1, std::memory_order_relaxed);
   // A fault that waits long on its page says so once, with the page's state: a hang is then
   // explained in the output, not silent (and loomrun's --timeout ends it).
-  const int64_t fault_start = now();
-  bool stall_reported = false;
-  auto waited = [&](bool notified, const char* what) {
-    if (notified || stall_reported || now() - fault_start < kStallReportNs) return;
-    stall_reported = true;
+  // note: by the clock, not by timed-out waits: the stripe's condition variable is notified for
+  // every page of the stripe, and a busy stripe would never let a wait time out.
+  Stall stall{now(), false};
+  const auto check = std::min(kStallCheck, std::chrono::milliseconds(opts_.stall_report_ms));
+  auto waited = [&](bool /*notified*/, const char* what) {
+    if (stall.reported || now() - stall.since < opts_.stall_report_ms * 1000000) return;
+    stall.reported = true;
     LOOM_WARN("a {} fault has waited {} ms for {}: {}", is_write ? "write" : "read",
-              (now() - fault_start) / 1000000, what, dump_page(page));
+              (now() - stall.since) / 1000000, what, dump_page(page));
   };
   for (;;) {
     int32_t home;
@@ -406,7 +408,7 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
     }
     if (e.state == st(PageState::kHomeMoving)) {
       // The page is offered to another node: wait for its answer, then fault as home or not.
-      waited(table_.cv_of(page).wait_for(table_.lock_of(page), kStallCheck),
+      waited(table_.cv_of(page).wait_for(table_.lock_of(page), check),
              "the answer to its home offer");
       continue;
     }
@@ -414,7 +416,7 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
       // An acquire told us of writes whose diffs have not reached us yet. (Then look again: the
       // home may have moved meanwhile.)
       int64_t t0 = now();
-      waited(table_.cv_of(page).wait_for(table_.lock_of(page), kStallCheck),
+      waited(table_.cv_of(page).wait_for(table_.lock_of(page), check),
              "diffs its notices announced");
       counters_.home_wait_ns.fetch_add(now() - t0, std::memory_order_relaxed);
       continue;
@@ -448,7 +450,7 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
       case PageState::kInvalid:
         if (e.fetching) {
           // Another thread of this node is fetching the page: one fetch serves both.
-          waited(table_.cv_of(page).wait_for(table_.lock_of(page), kStallCheck),
+          waited(table_.cv_of(page).wait_for(table_.lock_of(page), check),
                  "another thread's fetch");
           continue;
         }
@@ -459,7 +461,7 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
     }
     break;
   }
-  return fetch(page, is_write);
+  return fetch(page, is_write, stall);
 }
 
 bool Hlrc::fault_home(PageId page, PageEntry& e, bool is_write, MutexLock& held) {
@@ -484,7 +486,25 @@ bool Hlrc::fault_home(PageId page, PageEntry& e, bool is_write, MutexLock& held)
   return true;
 }
 
-bool Hlrc::fetch(PageId page, bool is_write) {
+Status Hlrc::wait_page_reply(comm::Completion& done, PageId page, int32_t home, bool is_write,
+                             Stall& stall) {
+  if (!stall.reported) {
+    const int64_t left = opts_.stall_report_ms * 1000000 - (now() - stall.since);
+    Status s = comm_.wait_for(done, left);
+    if (done.done()) return s;
+    stall.reported = true;
+    std::string state;
+    {
+      MutexLock l(table_.lock_of(page));
+      state = dump_page(page);
+    }
+    LOOM_WARN("a {} fault has waited {} ms for node {}'s answer to its request: {}",
+              is_write ? "write" : "read", (now() - stall.since) / 1000000, home, state);
+  }
+  return comm_.wait(done);
+}
+
+bool Hlrc::fetch(PageId page, bool is_write, Stall& stall) {
   PageEntry& e = table_.at(page);
   int64_t t0 = now();
   // Fetch-ahead (docs/protocols/hlrc.md#fetch-ahead).
@@ -516,7 +536,7 @@ bool Hlrc::fetch(PageId page, bool is_write) {
     // why: the kernel allocates a page of our memfd at its first use, in the copy below; done
     // while the request travels, part of that cost is off the fault's path (bench/RESULTS.md).
     if (sent && first_use) space_.back(page);
-    const Status& got = sent ? comm_.wait(call.done) : sent;
+    const Status got = sent ? wait_page_reply(call.done, page, home, is_write, stall) : sent;
     counters_.fetch_wait_ns.fetch_add(now() - w0, std::memory_order_relaxed);
     if (!got)
       comm_.fail_job(Status(got.code(), fmt::format("fetching page {} from node {} failed: {}",

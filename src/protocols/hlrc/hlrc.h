@@ -145,6 +145,9 @@ class Hlrc final : public Protocol, public Consistency {
       kIgnoreWritten,    // a release leaves out the tracked pages its scan found written
     };
     Mutant mutant = Mutant::kNone;
+    // A page fault that has waited this long prints a warning with the page's state, once
+    // (LOOM_STALL_REPORT_MS).
+    int64_t stall_report_ms = 5000;
   };
   Hlrc(comm::Comm& comm, memory::PageFrames& space, memory::PageTable& table, memory::Heap& heap,
        Options options);
@@ -247,7 +250,16 @@ class Hlrc final : public Protocol, public Consistency {
       REQUIRES(release_mu_);
   bool fault_home(memory::PageId page, memory::PageEntry& e, bool is_write, MutexLock& held)
       REQUIRES(table_.lock_of(page));
-  bool fetch(memory::PageId page, bool is_write);
+  // A fault's wait: since when, and whether it has said that it waits long.
+  struct Stall {
+    int64_t since;
+    bool reported;
+  };
+  bool fetch(memory::PageId page, bool is_write, Stall& stall);
+  // Waits for the reply to a page request to `home`; a fault that has waited
+  // Options::stall_report_ms by then says so once, with the page's state.
+  Status wait_page_reply(comm::Completion& done, memory::PageId page, int32_t home, bool is_write,
+                         Stall& stall);
   void add_dirty(memory::PageId page, memory::PageEntry& e);
   // Write tracking (docs/protocols/hlrc.md#write-tracking). A home page that becomes shared while
   // open for writing: armed instead of write-protected, for the next release's hot set.
