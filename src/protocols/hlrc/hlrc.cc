@@ -381,13 +381,6 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
   // note: by the clock, not by timed-out waits: the stripe's condition variable is notified for
   // every page of the stripe, and a busy stripe would never let a wait time out.
   Stall stall{now(), false};
-  const auto check = std::min(kStallCheck, std::chrono::milliseconds(opts_.stall_report_ms));
-  auto waited = [&](bool /*notified*/, const char* what) {
-    if (stall.reported || now() - stall.since < opts_.stall_report_ms * 1000000) return;
-    stall.reported = true;
-    LOOM_WARN("a {} fault has waited {} ms for {}: {}", is_write ? "write" : "read",
-              (now() - stall.since) / 1000000, what, dump_page(page));
-  };
   for (;;) {
     int32_t home;
     {
@@ -408,16 +401,14 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
     }
     if (e.state == st(PageState::kHomeMoving)) {
       // The page is offered to another node: wait for its answer, then fault as home or not.
-      waited(table_.cv_of(page).wait_for(table_.lock_of(page), check),
-             "the answer to its home offer");
+      wait_on_page(page, is_write, stall, "the answer to its home offer");
       continue;
     }
     if (e.home == static_cast<int32_t>(me_) && !e.version.covers(e.required)) {
       // An acquire told us of writes whose diffs have not reached us yet. (Then look again: the
       // home may have moved meanwhile.)
       int64_t t0 = now();
-      waited(table_.cv_of(page).wait_for(table_.lock_of(page), check),
-             "diffs its notices announced");
+      wait_on_page(page, is_write, stall, "diffs its notices announced");
       counters_.home_wait_ns.fetch_add(now() - t0, std::memory_order_relaxed);
       continue;
     }
@@ -450,8 +441,7 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
       case PageState::kInvalid:
         if (e.fetching) {
           // Another thread of this node is fetching the page: one fetch serves both.
-          waited(table_.cv_of(page).wait_for(table_.lock_of(page), check),
-                 "another thread's fetch");
+          wait_on_page(page, is_write, stall, "another thread's fetch");
           continue;
         }
         e.fetching = true;
@@ -486,20 +476,26 @@ bool Hlrc::fault_home(PageId page, PageEntry& e, bool is_write, MutexLock& held)
   return true;
 }
 
+void Hlrc::wait_on_page(PageId page, bool is_write, Stall& stall, const char* what) {
+  const auto check = std::min(kStallCheck, std::chrono::milliseconds(opts_.stall_report_ms));
+  (void)table_.cv_of(page).wait_for(table_.lock_of(page), check);
+  report_stall(stall, page, is_write, what);
+}
+
+void Hlrc::report_stall(Stall& stall, PageId page, bool is_write, std::string_view what) {
+  if (stall.reported || now() - stall.since < opts_.stall_report_ms * 1000000) return;
+  stall.reported = true;
+  LOOM_WARN("a {} fault has waited {} ms for {}: {}", is_write ? "write" : "read",
+            (now() - stall.since) / 1000000, what, dump_page(page));
+}
+
 Status Hlrc::wait_page_reply(comm::Completion& done, PageId page, int32_t home, bool is_write,
                              Stall& stall) {
-  if (!stall.reported) {
-    const int64_t left = opts_.stall_report_ms * 1000000 - (now() - stall.since);
-    Status s = comm_.wait_for(done, left);
+  while (!stall.reported) {
+    Status s = comm_.wait_for(done, opts_.stall_report_ms * 1000000 - (now() - stall.since));
     if (done.done()) return s;
-    stall.reported = true;
-    std::string state;
-    {
-      MutexLock l(table_.lock_of(page));
-      state = dump_page(page);
-    }
-    LOOM_WARN("a {} fault has waited {} ms for node {}'s answer to its request: {}",
-              is_write ? "write" : "read", (now() - stall.since) / 1000000, home, state);
+    MutexLock l(table_.lock_of(page));
+    report_stall(stall, page, is_write, fmt::format("node {}'s answer to its request", home));
   }
   return comm_.wait(done);
 }

@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -256,8 +257,15 @@ class Hlrc final : public Protocol, public Consistency {
     bool reported;
   };
   bool fetch(memory::PageId page, bool is_write, Stall& stall);
-  // Waits for the reply to a page request to `home`; a fault that has waited
-  // Options::stall_report_ms by then says so once, with the page's state.
+  // A fault waits on its page's stripe (condition variable) for a while, then reports a long
+  // wait (report_stall); the caller looks at the page again.
+  void wait_on_page(memory::PageId page, bool is_write, Stall& stall, const char* what)
+      REQUIRES(table_.lock_of(page));
+  // Says once that a fault has waited Options::stall_report_ms or more for `what`, with the
+  // page's state; nothing if it has not waited that long yet.
+  void report_stall(Stall& stall, memory::PageId page, bool is_write, std::string_view what)
+      REQUIRES(table_.lock_of(page));
+  // Waits for the reply to a page request to `home` (reporting a long wait: report_stall).
   Status wait_page_reply(comm::Completion& done, memory::PageId page, int32_t home, bool is_write,
                          Stall& stall);
   void add_dirty(memory::PageId page, memory::PageEntry& e);
