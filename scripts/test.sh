@@ -14,7 +14,8 @@
 #                              multi-process job (label mp) runs under one sanitizer: two thirds
 #                              of them under ASan, the others under TSan. The clang, ASan and
 #                              TSan builds compile (SCHED_IDLE) while the release tests run (the
-#                              TSan build also while the ASan tests run)
+#                              TSan build also while the ASan tests run, the clang build while
+#                              the TSan tests run)
 #   scripts/test.sh --quick    release build + every test only
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -62,8 +63,8 @@ fi
 step "release build and tests"
 cmake --preset release >/dev/null && cmake --build --preset release || exit 1
 
-# The clang, ASan and TSan builds compile, one after another, while the release tests (and then
-# the ASan tests) run, at the lowest priority: SCHED_IDLE (chrt --idle), which runs them only on
+# The ASan, TSan and clang builds compile, one after another, while the release tests (and then
+# the ASan and TSan tests) run, at the lowest priority: SCHED_IDLE (chrt --idle), which runs them only on
 # a core no test wants. Most of a pass's time is multi-process jobs that leave a core idle
 # (waiting on a failure bound, a peer, a timer), which the builds then use; this takes ~5 min off
 # CI on a 2-core machine. why not nice 19: a nice-19 task still holds a core for a slice when a
@@ -87,43 +88,34 @@ wait_build() {
   return "$(cat "$done")"
 }
 if ((quick == 0)); then
-  # note: the annotated code is in the libraries and tools; the tests and benchmarks carry no
-  # annotations, and leaving them out keeps CI within its time budget on a 2-core machine. The
-  # same build is instrumented for libFuzzer with ASan+UBSan (docs/fuzz.md): its fuzz targets
-  # run a few seconds each after the release tests (label fuzz); the release pass replays their
-  # corpora. Status 3: only the -Wthread-safety build failed (the ASan build is fine).
+  # In the order their tests need them: the ASan build (its tests come first), the TSan build
+  # (made while the ASan tests run), then the clang build (made while the TSan tests run).
+  # note: the clang build checks the annotated code, which is in the libraries and tools (the
+  # tests and benchmarks carry no annotations, and leaving them out keeps CI within its time
+  # budget on a 2-core machine). It is instrumented for libFuzzer with ASan+UBSan (docs/fuzz.md):
+  # its fuzz targets run a few seconds each at the end (label fuzz); the release pass replays
+  # their corpora.
   "${low_priority[@]}" bash -c 'cd "$1" || exit 1
+    { echo "== ASan+UBSan build"; cmake --preset asan >/dev/null && cmake --build --preset asan
+    } >"$2/asan.log" 2>&1
+    echo $? >"$2/asan.status"
+    { echo "== ThreadSanitizer build"; cmake --preset tsan >/dev/null && cmake --build --preset tsan
+    } >"$2/tsan.log" 2>&1
+    echo $? >"$2/tsan.status"
     {
       echo "== clang -Wthread-safety build, and the fuzz targets"
-      tsa=0
-      { cmake --preset clang-tsa >/dev/null &&
+      cmake --preset clang-tsa >/dev/null &&
         cmake --build --preset clang-tsa --target loom_runtime loom_sim loom_parmacs \
-          fuzz_wire_header fuzz_boot_frames fuzz_handlers; } || tsa=3
-      echo "== ASan+UBSan build"
-      { cmake --preset asan >/dev/null && cmake --build --preset asan; } || tsa=1
-    } >"$2/first.log" 2>&1
-    echo "$tsa" >"$2/first.status"
-    {
-      echo "== ThreadSanitizer build"
-      cmake --preset tsan >/dev/null && cmake --build --preset tsan
-    } >"$2/tsan.log" 2>&1
-    echo $? >"$2/tsan.status"' bash "$PWD" "$bg_dir" &
+          fuzz_wire_header fuzz_boot_frames fuzz_handlers
+    } >"$2/clang.log" 2>&1
+    echo $? >"$2/clang.status"' bash "$PWD" "$bg_dir" &
   bg_pid=$!
 fi
 ctest --preset release -j2 || { status=1; digest_failures build; }
 
 if ((quick == 0)); then
-  step "clang -Wthread-safety and ASan+UBSan builds (made during the release tests)"
-  rc=0
-  wait_build first.status first.log || rc=$?
-  ((rc == 3)) && status=1  # the -Wthread-safety build failed; the ASan build is fine
-  ((rc != 0 && rc != 3)) && exit 1
-  if ((rc == 0)); then
-    step "fuzz targets, a few seconds each (clang build)"
-    ctest --preset clang-tsa -j2 -L fuzz || { status=1; digest_failures build-clang; }
-  fi
-
-  step "ASan+UBSan tests (the TSan build goes on meanwhile)"
+  step "ASan+UBSan build (made during the release tests) and tests (the TSan build goes on)"
+  wait_build asan.status asan.log || exit 1
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" \
     sanitizer_tests asan 1 2
@@ -141,6 +133,13 @@ if ((quick == 0)); then
   UCX_MEM_MMAP_HOOK_MODE=none LOOM_REGION_BASE=0x4000000000 LOOM_REGION_SIZE=16G \
     TSAN_OPTIONS="halt_on_error=1 report_signal_unsafe=0 history_size=7 suppressions=$PWD/tests/tsan.supp" \
     sanitizer_tests tsan 3
+
+  step "clang -Wthread-safety build (made during the TSan tests), and the fuzz targets"
+  if wait_build clang.status clang.log; then
+    ctest --preset clang-tsa -j2 -L fuzz || { status=1; digest_failures build-clang; }
+  else
+    status=1
+  fi
 fi
 if [[ -n $digest ]]; then echo; echo "== the failed tests' output, again"; echo "$digest"; fi
 if ((status == 0)); then echo; echo "== all tests passed"; else echo; echo "== SOME TESTS FAILED"; fi
