@@ -46,28 +46,32 @@ LockService::LockService(comm::Comm& comm, protocols::Consistency& consistency, 
 }
 
 LockService::~LockService() {
-  MutexLock l(mu_);
-  for (auto& [id, nl] : locks_)
-    if (nl.keep == Keep::kOpen) comm_.timers().cancel(nl.keep_timer);
+  for (Stripe& s : stripes_) {
+    MutexLock l(s.mu);
+    for (auto& [id, nl] : s.locks)
+      if (nl.keep == Keep::kOpen) comm_.timers().cancel(nl.keep_timer);
+  }
 }
+
+LockService::Stripe& LockService::stripe_of(uint64_t id) { return stripes_[mix(id) % kStripes]; }
 
 // note: a lock's first state is "token at the manager, free". Whichever of the manager's
 // structures is created first (a local lock() or a remote request) creates both, so they agree.
-LockService::NodeLock& LockService::node_lock(uint64_t id) {
-  auto it = locks_.find(id);
-  if (it != locks_.end()) return it->second;
-  NodeLock& nl = locks_[id];
-  if (manager_of(id, nodes_) == me_ && !tails_.contains(id)) {
-    tails_[id] = me_;
+LockService::NodeLock& LockService::node_lock(Stripe& s, uint64_t id) {
+  auto it = s.locks.find(id);
+  if (it != s.locks.end()) return it->second;
+  NodeLock& nl = s.locks[id];
+  if (manager_of(id, nodes_) == me_ && !s.tails.contains(id)) {
+    s.tails[id] = me_;
     nl.token = true;
   }
   return nl;
 }
 
-void LockService::ensure_managed(uint64_t id) {
-  if (tails_.contains(id)) return;
-  (void)node_lock(id);
-  if (!tails_.contains(id)) tails_[id] = me_;  // NodeLock existed without the token
+void LockService::ensure_managed(Stripe& s, uint64_t id) {
+  if (s.tails.contains(id)) return;
+  (void)node_lock(s, id);
+  if (!s.tails.contains(id)) s.tails[id] = me_;  // NodeLock existed without the token
 }
 
 Status LockService::register_messages() {
@@ -143,10 +147,11 @@ void LockService::lock(uint64_t id) {
   Waiter w;
   bool cached = false, ask = false;
   {
-    MutexLock l(mu_);
-    NodeLock& nl = node_lock(id);
+    Stripe& st = stripe_of(id);
+    MutexLock l(st.mu);
+    NodeLock& nl = node_lock(st, id);
     if (nl.token && !nl.held && nl.waiters.empty()) {
-      take_cached(nl);  // the token was cached here: no message
+      take_cached(st, nl);  // the token was cached here: no message
       cached = true;
     } else {
       nl.waiters.push_back(&w);
@@ -180,10 +185,11 @@ void LockService::lock(uint64_t id) {
 
 bool LockService::try_lock(uint64_t id) {
   {
-    MutexLock l(mu_);
-    NodeLock& nl = node_lock(id);
+    Stripe& st = stripe_of(id);
+    MutexLock l(st.mu);
+    NodeLock& nl = node_lock(st, id);
     if (!nl.token || nl.held || !nl.waiters.empty()) return false;
-    take_cached(nl);
+    take_cached(st, nl);
     counters_.local_acquires.fetch_add(1, std::memory_order_relaxed);
   }
   consistency_.acquire();
@@ -198,10 +204,11 @@ void LockService::unlock(uint64_t id) {
   Waiter* next = nullptr;
   Grant grant;
   bool ask = false, leaving = false;
+  Stripe& st = stripe_of(id);
   {
-    MutexLock l(mu_);
-    auto it = locks_.find(id);
-    LOOM_CHECK(it != locks_.end() && it->second.held,
+    MutexLock l(st.mu);
+    auto it = st.locks.find(id);
+    LOOM_CHECK(it != st.locks.end() && it->second.held,
                "unlock of lock {:#x}, which no thread of node {} holds", id, me_);
     NodeLock& nl = it->second;
     const bool to_successor =
@@ -213,15 +220,15 @@ void LockService::unlock(uint64_t id) {
       next = nl.waiters.front();
       nl.waiters.pop_front();
       counters_.local_handoffs.fetch_add(1, std::memory_order_relaxed);
-      if (!eager) mark_unreleased(nl);
-    } else if (nl.has_successor && nl.waiters.empty() && may_keep(nl)) {
-      keep_token(id, nl);
-      if (!eager) mark_unreleased(nl);
+      if (!eager) mark_unreleased(st, nl);
+    } else if (nl.has_successor && nl.waiters.empty() && may_keep(st, nl)) {
+      keep_token(st, id, nl);
+      if (!eager) mark_unreleased(st, nl);
     } else if (nl.has_successor && !eager) {
       leaving = true;  // still held, so nothing else grants it: release first, below
     } else if (nl.has_successor) {
       nl.held = false;
-      grant = make_grant(id, nl);
+      grant = make_grant(st, id, nl);
       if (!nl.waiters.empty()) {
         nl.requested = true;  // our own waiters need the token back
         nl.comes_back = true;
@@ -229,16 +236,16 @@ void LockService::unlock(uint64_t id) {
       }
     } else {
       nl.held = false;
-      if (!eager) mark_unreleased(nl);
+      if (!eager) mark_unreleased(st, nl);
     }
   }
   if (next != nullptr) complete(next);
   if (leaving) {
     consistency_.release(protocols::ReleaseKind::kLock);
-    MutexLock l(mu_);
-    NodeLock& nl = locks_.at(id);
+    MutexLock l(st.mu);
+    NodeLock& nl = st.locks.at(id);
     nl.held = false;
-    grant = make_grant(id, nl);
+    grant = make_grant(st, id, nl);
     if (!nl.waiters.empty()) {
       nl.requested = true;
       nl.comes_back = true;
@@ -249,7 +256,7 @@ void LockService::unlock(uint64_t id) {
   if (ask) send_request(id);
 }
 
-void LockService::take_cached(NodeLock& nl) {
+void LockService::take_cached(Stripe&, NodeLock& nl) {
   nl.held = true;
   if (!nl.has_successor) return;
   ++nl.streak;
@@ -263,7 +270,7 @@ void LockService::take_cached(NodeLock& nl) {
   }
 }
 
-bool LockService::may_keep(NodeLock& nl) {
+bool LockService::may_keep(Stripe&, NodeLock& nl) {
   if (policy_.keep_ns == 0 || !nl.comes_back || nl.keep == Keep::kOver ||
       nl.streak >= policy_.fairness)
     return false;
@@ -278,14 +285,14 @@ bool LockService::may_keep(NodeLock& nl) {
 // note: the window opens at the first unlock that keeps the token for this successor and is not
 // extended by later ones: the successor waits at most keep_ns (plus the critical section running
 // when the timer fires) from then on, whatever this node's threads do.
-void LockService::keep_token(uint64_t id, NodeLock& nl) {
+void LockService::keep_token(Stripe&, uint64_t id, NodeLock& nl) {
   nl.held = false;
   counters_.kept_unlocks.fetch_add(1, std::memory_order_relaxed);
   if (nl.keep != Keep::kNone) return;
   nl.keep = Keep::kOpen;
   nl.keep_used = false;
   const uint64_t epoch = ++nl.keep_epoch;
-  // note: the timers' mutex is taken under mu_ (it is a leaf: callbacks run without it).
+  // note: the timers' mutex is taken under the stripe's (it is a leaf: callbacks run without it).
   nl.keep_timer = comm_.timers().add(nl.let_go_at + policy_.keep_ns,
                                      [this, id, epoch] { on_keep_over(id, epoch); });
 }
@@ -294,9 +301,10 @@ void LockService::on_keep_over(uint64_t id, uint64_t epoch) {
   Grant grant;
   bool release = false;
   {
-    MutexLock l(mu_);
-    auto it = locks_.find(id);
-    if (it == locks_.end()) return;
+    Stripe& st = stripe_of(id);
+    MutexLock l(st.mu);
+    auto it = st.locks.find(id);
+    if (it == st.locks.end()) return;
     NodeLock& nl = it->second;
     if (nl.keep != Keep::kOpen || nl.keep_epoch != epoch) return;  // the token left meanwhile
     nl.keep = Keep::kOver;
@@ -312,25 +320,26 @@ void LockService::on_keep_over(uint64_t id, uint64_t epoch) {
       nl.keep_backoff = std::min(2 * nl.keep_backoff + 1, kMaxKeepBackoff);
       nl.keep_skips = nl.keep_backoff;
     }
-    release = hand_over_idle(id, nl, &grant);
+    release = hand_over_idle(st, id, nl, &grant);
   }
   if (grant.to != comm::kNoNode) send_grant(std::move(grant));
   if (release && consistency_.try_release_from_handler())
     counters_.handler_releases.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool LockService::hand_over_idle(uint64_t id, NodeLock& nl, Grant* g) {
+bool LockService::hand_over_idle(Stripe& s, uint64_t id, NodeLock& nl, Grant* g) {
   // An idle token that no unlock kept for a successor: it is let go now.
   if (nl.keep == Keep::kNone && policy_.keep_ns > 0) nl.let_go_at = comm_.timers().now();
-  if (released(nl)) {
-    *g = make_grant(id, nl);
+  if (released(s, nl)) {
+    *g = make_grant(s, id, nl);
     return false;
   }
+  MutexLock l(deferred_mu_);
   if (std::find(deferred_.begin(), deferred_.end(), id) == deferred_.end()) deferred_.push_back(id);
   return true;
 }
 
-void LockService::mark_unreleased(NodeLock& nl) {
+void LockService::mark_unreleased(Stripe&, NodeLock& nl) {
   // note: read after this thread's writes under the lock; a release that starts later covers
   // them (releases_started() counts one still running, which may not).
   nl.unreleased = true;
@@ -338,32 +347,42 @@ void LockService::mark_unreleased(NodeLock& nl) {
   counters_.lazy_unlocks.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool LockService::released(const NodeLock& nl) const {
+bool LockService::released(Stripe&, const NodeLock& nl) const {
   return !nl.unreleased || consistency_.releases_completed() >= nl.release_needed;
 }
 
 void LockService::on_released(bool on_dispatcher) {
-  std::vector<Grant> grants;
-  bool again = false;
+  std::vector<uint64_t> deferred;
   {
-    MutexLock l(mu_);
+    MutexLock l(deferred_mu_);
     if (deferred_.empty()) return;
-    std::vector<uint64_t> keep;
-    for (uint64_t id : deferred_) {
-      auto it = locks_.find(id);
-      if (it == locks_.end()) continue;
-      NodeLock& nl = it->second;
-      // A thread of this node took the lock meanwhile: its unlock grants it.
-      if (!nl.token || nl.held || !nl.waiters.empty() || !nl.has_successor) continue;
-      if (!released(nl)) {
-        keep.push_back(id);
-        again = true;
-        continue;
-      }
-      counters_.deferred_grants.fetch_add(1, std::memory_order_relaxed);
-      grants.push_back(make_grant(id, nl));
+    deferred.swap(deferred_);
+  }
+  // note: a token deferred meanwhile (hand_over_idle) may be listed twice then; the second
+  // visit finds it granted (no token) and drops it.
+  std::vector<Grant> grants;
+  std::vector<uint64_t> keep;
+  for (uint64_t id : deferred) {
+    Stripe& st = stripe_of(id);
+    MutexLock l(st.mu);
+    auto it = st.locks.find(id);
+    if (it == st.locks.end()) continue;
+    NodeLock& nl = it->second;
+    // A thread of this node took the lock meanwhile: its unlock grants it.
+    if (!nl.token || nl.held || !nl.waiters.empty() || !nl.has_successor) continue;
+    if (!released(st, nl)) {
+      keep.push_back(id);
+      continue;
     }
-    deferred_ = std::move(keep);
+    counters_.deferred_grants.fetch_add(1, std::memory_order_relaxed);
+    grants.push_back(make_grant(st, id, nl));
+  }
+  const bool again = !keep.empty();
+  if (again) {
+    MutexLock l(deferred_mu_);
+    for (uint64_t id : keep)
+      if (std::find(deferred_.begin(), deferred_.end(), id) == deferred_.end())
+        deferred_.push_back(id);
   }
   for (Grant& g : grants) send_grant(std::move(g));
   // note: those left unlocked after the release that just ended began; the next one covers them
@@ -376,7 +395,7 @@ void LockService::on_released(bool on_dispatcher) {
   }
 }
 
-LockService::Grant LockService::make_grant(uint64_t id, NodeLock& nl) {
+LockService::Grant LockService::make_grant(Stripe&, uint64_t id, NodeLock& nl) {
   Grant g;
   g.to = nl.successor;
   ByteWriter w(&g.payload);
@@ -429,15 +448,16 @@ void LockService::send_queue_msg(comm::NodeId dst, comm::MsgType type, uint64_t 
 Status LockService::on_request(uint64_t id, comm::NodeId requester, VectorTime vt) {
   comm::NodeId prev;
   {
-    MutexLock l(mu_);
-    ensure_managed(id);
-    prev = tails_[id];
+    Stripe& st = stripe_of(id);
+    MutexLock l(st.mu);
+    ensure_managed(st, id);
+    prev = st.tails[id];
     // note: the tail asks again only if it asked twice (a node asks while it has neither the
     // token nor a request on its way), so the request is refused before the queue changes.
     if (prev == requester)
       return Status::malformed(
           fmt::format("lock {:#x}: node {} asked twice for the token", id, requester));
-    tails_[id] = requester;
+    st.tails[id] = requester;
   }
   if (prev == me_) {
     // note: a forward to this node, which handled every earlier one: a second successor here
@@ -454,8 +474,9 @@ Status LockService::on_forward(uint64_t id, comm::NodeId requester, VectorTime v
   Grant grant;
   bool release = false;
   {
-    MutexLock l(mu_);
-    NodeLock& nl = node_lock(id);
+    Stripe& st = stripe_of(id);
+    MutexLock l(st.mu);
+    NodeLock& nl = node_lock(st, id);
     if (nl.has_successor)
       return Status::malformed(
           fmt::format("lock {:#x}: node {} got a second successor ({} after {})", id, me_,
@@ -465,7 +486,7 @@ Status LockService::on_forward(uint64_t id, comm::NodeId requester, VectorTime v
     nl.successor_vt = std::move(vt);
     // Idle token here: hand it over now, once what was written under it is released. Otherwise
     // the unlock that frees it will.
-    if (nl.token && !nl.held && nl.waiters.empty()) release = hand_over_idle(id, nl, &grant);
+    if (nl.token && !nl.held && nl.waiters.empty()) release = hand_over_idle(st, id, nl, &grant);
   }
   if (grant.to != comm::kNoNode) send_grant(std::move(grant));
   // note: its listener call grants the deferred token; if a release is running on another
@@ -485,8 +506,9 @@ Status LockService::on_grant(comm::Incoming& in) {
   if (r.left() != 0) return Status::malformed("lock grant: trailing bytes");
   Waiter* w;
   {
-    MutexLock l(mu_);
-    NodeLock& nl = node_lock(id);
+    Stripe& st = stripe_of(id);
+    MutexLock l(st.mu);
+    NodeLock& nl = node_lock(st, id);
     if (nl.token || !nl.requested || nl.waiters.empty())
       return Status::malformed(
           fmt::format("lock grant for {:#x}, which node {} did not ask for", id, me_));

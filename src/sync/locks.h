@@ -35,6 +35,7 @@
 // server thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -151,8 +152,20 @@ class LockService {
     std::vector<std::byte> payload;
   };
 
-  NodeLock& node_lock(uint64_t id) REQUIRES(mu_);
-  void ensure_managed(uint64_t id) REQUIRES(mu_);
+  // The node's lock state, striped by lock id so that threads locking different locks do not
+  // contend on one mutex (TASKS's and BARNES's per-element locks). Each id's state is in one
+  // stripe; the stripe's mutex guards it, and a function taking a NodeLock requires the mutex of
+  // the stripe it came from.
+  struct Stripe {
+    Mutex mu;
+    std::unordered_map<uint64_t, NodeLock> locks GUARDED_BY(mu);
+    std::unordered_map<uint64_t, comm::NodeId> tails GUARDED_BY(mu);  // managed locks
+  };
+  static constexpr size_t kStripes = 64;
+  Stripe& stripe_of(uint64_t id);
+
+  NodeLock& node_lock(Stripe& s, uint64_t id) REQUIRES(s.mu);
+  void ensure_managed(Stripe& s, uint64_t id) REQUIRES(s.mu);
   void send_request(uint64_t id);
   void send_queue_msg(comm::NodeId dst, comm::MsgType type, uint64_t id, comm::NodeId requester,
                       const protocols::VectorTime& vt);
@@ -163,22 +176,22 @@ class LockService {
   // nothing changes then.
   Status on_forward(uint64_t id, comm::NodeId requester, protocols::VectorTime vt);
   Status on_grant(comm::Incoming& in);
-  Grant make_grant(uint64_t id, NodeLock& nl) REQUIRES(mu_);
+  Grant make_grant(Stripe& s, uint64_t id, NodeLock& nl) REQUIRES(s.mu);
   void send_grant(Grant g);
   // A thread of this node takes the idle token here (lock or try_lock).
-  void take_cached(NodeLock& nl) REQUIRES(mu_);
+  void take_cached(Stripe& s, NodeLock& nl) REQUIRES(s.mu);
   // An unlock with a successor and no local waiter: whether the token may stay (the policy).
-  bool may_keep(NodeLock& nl) REQUIRES(mu_);
-  void keep_token(uint64_t id, NodeLock& nl) REQUIRES(mu_);
+  bool may_keep(Stripe& s, NodeLock& nl) REQUIRES(s.mu);
+  void keep_token(Stripe& s, uint64_t id, NodeLock& nl) REQUIRES(s.mu);
   // A keep window's time is up (a timer, on the dispatcher).
   void on_keep_over(uint64_t id, uint64_t epoch);
   // The token is idle here and the successor may have it: makes the grant in `g` if what was
   // written under the lock is released; otherwise defers it to the release listener and returns
   // true (the caller, a handler, then starts a release).
-  bool hand_over_idle(uint64_t id, NodeLock& nl, Grant* g) REQUIRES(mu_);
+  bool hand_over_idle(Stripe& s, uint64_t id, NodeLock& nl, Grant* g) REQUIRES(s.mu);
   // An unlock that does not release: the next release covers its writes.
-  void mark_unreleased(NodeLock& nl) REQUIRES(mu_);
-  bool released(const NodeLock& nl) const REQUIRES(mu_);
+  void mark_unreleased(Stripe& s, NodeLock& nl) REQUIRES(s.mu);
+  bool released(Stripe& s, const NodeLock& nl) const REQUIRES(s.mu);
   // The release listener: grants the deferred tokens the release covered, and starts another
   // release for those it did not (their unlock came after it began).
   void on_released(bool on_dispatcher);
@@ -191,11 +204,11 @@ class LockService {
   const LockPolicy policy_;
   LockCounters counters_;
 
-  Mutex mu_;
-  std::unordered_map<uint64_t, NodeLock> locks_ GUARDED_BY(mu_);
-  std::unordered_map<uint64_t, comm::NodeId> tails_ GUARDED_BY(mu_);  // managed locks
-  // Idle tokens with a successor, waiting for a release (on_forward).
-  std::vector<uint64_t> deferred_ GUARDED_BY(mu_);
+  std::array<Stripe, kStripes> stripes_;
+  // Idle tokens with a successor, waiting for a release (on_forward). A leaf: taken under a
+  // stripe's mutex, and no other mutex under it.
+  Mutex deferred_mu_;
+  std::vector<uint64_t> deferred_ GUARDED_BY(deferred_mu_);
 };
 
 }  // namespace loom::sync
