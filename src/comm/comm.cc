@@ -496,16 +496,15 @@ void Comm::reset_wakeup() {
   (void)n;  // EAGAIN: already reset
 }
 
-bool Comm::drain_inbox() {
+size_t Comm::drain_inbox() {
   // note: a push made after this load is seen by the dispatcher's next poll, or, if it is about
   // to sleep, by its last inbox_empty() check (under the mutex) or the eventfd.
-  if (!inbox_nonempty_.load(std::memory_order_acquire)) return false;
-  if (failed() && fatal_ends_process_.load(std::memory_order_acquire))
-    return false;  // see on_arrival
+  if (!inbox_nonempty_.load(std::memory_order_acquire)) return 0;
+  if (failed() && fatal_ends_process_.load(std::memory_order_acquire)) return 0;  // see on_arrival
   std::vector<Queued> batch;
   {
     MutexLock lock(inbox_mu_);
-    if (inbox_.empty()) return false;
+    if (inbox_.empty()) return 0;
     batch.swap(inbox_);
     inbox_nonempty_.store(false, std::memory_order_relaxed);
   }
@@ -517,7 +516,7 @@ bool Comm::drain_inbox() {
       dispatch(q.header, q.payload.span(), &q.payload);
     }
   }
-  return true;
+  return batch.size();
 }
 
 void Comm::hold_if_ending(const Status& s) const {
@@ -578,19 +577,40 @@ void Comm::fail_pending_to(NodeId node, const Status& why) {
 // --- Progress ------------------------------------------------------------------------------
 
 bool Comm::poll() {
+  MutexLock role(dispatch_mu_);
   DispatchScope scope(this);
-  bool did = transport_.progress();
-  did |= drain_inbox();
+  // note: the inbox first: what a waiting thread queued came before what progress() finds now.
+  bool did = drain_inbox() > 0;
+  did |= transport_.progress();
+  did |= drain_inbox() > 0;
   did |= timers_.run_due();
   return did;
 }
 
 bool Comm::fire_timer() {
+  MutexLock role(dispatch_mu_);
   DispatchScope scope(this);
   return timers_.fire_next();
 }
 
-bool Comm::poll_for_waiter() { return transport_.try_progress(); }
+bool Comm::poll_for_waiter() {
+  bool did = transport_.try_progress();
+  // why: a thread holding a Loom Mutex could need it again in a handler. A handler run here
+  // faults on shared memory as little as on the server thread: the fault handler refuses a
+  // fault while the role (a Mutex) is held.
+  if (t_mutexes_held == 0 && !on_dispatcher() && inbox_nonempty_.load(std::memory_order_acquire) &&
+      dispatch_mu_.try_lock()) {
+    {
+      DispatchScope scope(this);
+      if (size_t n = drain_inbox(); n > 0) {
+        handled_by_waiters_.fetch_add(n, std::memory_order_relaxed);
+        did = true;
+      }
+    }
+    dispatch_mu_.unlock();
+  }
+  return did;
+}
 
 void Comm::start_monitoring() {
   int64_t now = coarse_now_ns();

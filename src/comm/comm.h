@@ -6,8 +6,10 @@
 //     itself in single-threaded tests and the simulator. All handlers run there.
 //   - Application threads send from anywhere and wait on Completions. While they wait they drive
 //     the network (poll_for_waiter) so a reply reaches them without waking another thread;
-//     requests that arrive meanwhile are queued for the dispatcher (the inbox), never run on the
-//     application thread.
+//     requests that arrive meanwhile are queued for the dispatcher (the inbox). A waiting thread
+//     that holds none of Loom's locks runs the queued handlers itself when no other thread is
+//     the dispatcher at that moment (it is the dispatcher then, for the drain): on a node whose
+//     cores are busy, a request then costs no wake-up of the server thread.
 //   - Handlers never block; application threads may block in send() for flow control.
 //
 // Failures: a peer failure reported by the transport, a peer silent for peer_timeout, or a
@@ -173,7 +175,8 @@ class Comm final : private TransportSink, public Poller {
   // The dispatcher's step: drives the transport, runs handlers, drains the inbox, runs the due
   // timers. Returns true if anything happened.
   bool poll();
-  // Poller: drives the transport without running handlers (for waiting application threads).
+  // Poller (for waiting application threads): drives the transport, and runs the handlers of
+  // queued requests if the calling thread holds no Mutex and may become the dispatcher.
   bool poll_for_waiter() override;
   void app_in_loom(int64_t ns) override { app_loom_ns_.fetch_add(ns, std::memory_order_relaxed); }
   bool begin_sleep() override { return transport_.begin_waiter_sleep(); }
@@ -181,6 +184,10 @@ class Comm final : private TransportSink, public Poller {
   // Total time application threads of this node spent in Loom: polling in waits, and in
   // LoomWorkScopes (the server thread's spin policy subtracts it from their CPU time).
   int64_t app_loom_ns() const { return app_loom_ns_.load(std::memory_order_relaxed); }
+  // Messages whose handlers a waiting application thread ran (poll_for_waiter).
+  uint64_t handled_by_waiters() const {
+    return handled_by_waiters_.load(std::memory_order_relaxed);
+  }
 
   // Heartbeats and peer timeouts. Call from the dispatcher every few milliseconds to heartbeat_ns.
   void tick(int64_t now);
@@ -233,7 +240,8 @@ class Comm final : private TransportSink, public Poller {
   void dispatch(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned);
   void complete_reply(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned);
   void enqueue(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned);
-  bool drain_inbox();
+  // Runs the queued messages' handlers (the dispatcher); returns how many.
+  size_t drain_inbox();
   void signal_inbox_fd();
   void fail_pending_to(NodeId node, const Status& why);
   void register_system_types();
@@ -251,6 +259,9 @@ class Comm final : private TransportSink, public Poller {
   mutable Mutex pending_mu_;
   PendingTable<Pending> pending_ GUARDED_BY(pending_mu_);
 
+  // The dispatcher role: held by the thread in poll() or fire_timer(), or by a waiting
+  // application thread while it drains the inbox (poll_for_waiter). Handlers run one at a time.
+  Mutex dispatch_mu_;
   mutable Mutex inbox_mu_;
   std::vector<Queued> inbox_ GUARDED_BY(inbox_mu_);
   // inbox_ may be non-empty: set under inbox_mu_ with each push, cleared under it by the drain,
@@ -276,6 +287,7 @@ class Comm final : private TransportSink, public Poller {
   std::atomic<bool> aborted_by_peer_{false};
   std::atomic<bool> shutting_down_{false};
   std::atomic<int64_t> app_loom_ns_{0};
+  std::atomic<uint64_t> handled_by_waiters_{0};
   Mutex fatal_mu_;
   std::function<void(const Status&)> fatal_handler_ GUARDED_BY(fatal_mu_);
   std::atomic<bool> fatal_ends_process_{false};

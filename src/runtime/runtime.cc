@@ -589,8 +589,10 @@ std::string Runtime::stats_json(std::string_view stopped_by) const {
   j["messages"] = comm_->counters().to_json(comm_->registry());
   j["dsm"] = dsm_json();
   auto st = server_->stats();
-  j["server"] = {
-      {"sleeps", st.sleeps}, {"wakeups", st.wakeups}, {"spins_skipped", st.spins_skipped}};
+  j["server"] = {{"sleeps", st.sleeps},
+                 {"wakeups", st.wakeups},
+                 {"spins_skipped", st.spins_skipped},
+                 {"handled_by_waiters", comm_->handled_by_waiters()}};
   return j.dump(2);
 }
 

@@ -417,7 +417,10 @@ bool readable(int fd) {
 // Node 1 has no server: its application thread waits for a reply from node 0 and, while polling,
 // receives a request from node 2. That request must not run on the waiting thread: it is queued
 // for the dispatcher, whose descriptor is signalled unless the dispatcher said it is awake.
-void waiting_thread_queues_for_the_dispatcher(bool dispatcher_awake) {
+// Node 1's application thread waits for node 0's reply while node 2's note is there for node 1.
+// A waiter that holds one of Loom's Mutexes (`holds_lock`) queues the note for the dispatcher;
+// one that holds none runs it itself (the dispatcher role is free: no thread polls node 1).
+void waiting_thread_and_a_request(bool holds_lock, bool dispatcher_awake) {
   // (A long wait spin: with no server thread, a sleeping waiter would never see the reply.)
   CommOptions o;
   o.wait_spin_ns = 30'000'000'000;
@@ -436,15 +439,26 @@ void waiting_thread_queues_for_the_dispatcher(bool dispatcher_awake) {
   cl.comms[1]->set_dispatcher_awake(dispatcher_awake);
   ASSERT_TRUE(cl.comms[2]->send(1, kNote, kNothing).is_ok());
   Comm::Request req;
+  Mutex held;
   std::thread t([&] {
     waiter = std::this_thread::get_id();
     ASSERT_TRUE(cl.comms[1]->start_request(0, kEcho, bytes_of("q"), &req).is_ok());
+    if (holds_lock) held.lock();
     cl.comms[1]->wait(req.done);
+    if (holds_lock) held.unlock();
   });
   // Node 0 answers only after node 1 had time to poll (and see node 2's note).
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   while (!req.done.done()) cl.comms[0]->poll();
   t.join();
+  EXPECT_EQ(string_of(req.reply.span()), "echo:q");
+  if (!holds_lock) {
+    EXPECT_TRUE(ran_on_waiter.load());
+    EXPECT_TRUE(cl.comms[1]->inbox_empty());
+    EXPECT_EQ(cl.comms[1]->handled_by_waiters(), 1u);
+    EXPECT_FALSE(readable(cl.comms[1]->inbox_fd()));  // the waiter's drain reset it
+    return;
+  }
   EXPECT_FALSE(cl.comms[1]->inbox_empty());
   // An asleep dispatcher blocks on the descriptor: it must be woken. An awake one polls anyway,
   // and the two system calls are saved.
@@ -452,15 +466,65 @@ void waiting_thread_queues_for_the_dispatcher(bool dispatcher_awake) {
   EXPECT_TRUE(cl.comms[1]->poll());                 // the dispatcher now runs the queued note
   EXPECT_FALSE(readable(cl.comms[1]->inbox_fd()));  // and the drain reset the descriptor
   EXPECT_FALSE(ran_on_waiter.load());
-  EXPECT_EQ(string_of(req.reply.span()), "echo:q");
+  EXPECT_EQ(cl.comms[1]->handled_by_waiters(), 0u);
 }
 
-TEST(CommLoopback, WaitingThreadQueuesRequestsForTheDispatcher) {
-  waiting_thread_queues_for_the_dispatcher(false);
+TEST(CommLoopback, WaitingThreadRunsQueuedRequests) {
+  waiting_thread_and_a_request(/*holds_lock=*/false, /*dispatcher_awake=*/false);
+}
+
+TEST(CommLoopback, WaitingThreadHoldingALockQueuesRequestsForTheDispatcher) {
+  waiting_thread_and_a_request(/*holds_lock=*/true, /*dispatcher_awake=*/false);
 }
 
 TEST(CommLoopback, QueueingForAnAwakeDispatcherLeavesItsDescriptorAlone) {
-  waiting_thread_queues_for_the_dispatcher(true);
+  waiting_thread_and_a_request(/*holds_lock=*/true, /*dispatcher_awake=*/true);
+}
+
+// While another thread is the dispatcher (here: inside a timer's callback), a waiting thread
+// leaves the queued requests to it.
+TEST(CommLoopback, WaitingThreadLeavesQueuedRequestsToTheDispatcher) {
+  CommOptions o;
+  o.wait_spin_ns = 30'000'000'000;
+  Cluster cl(3, o);
+  for (auto& c : cl.comms) add_echo(*c);
+  std::atomic<bool> in_callback{false}, release{false};
+  std::atomic<int> notes_on_dispatcher{0};
+  std::thread::id dispatcher;
+  ASSERT_TRUE(cl.comms[1]
+                  ->registry()
+                  .add(kNote, "note",
+                       [&](Incoming&) {
+                         if (std::this_thread::get_id() == dispatcher) ++notes_on_dispatcher;
+                         return Status::ok();
+                       })
+                  .is_ok());
+  Timers& timers = cl.comms[1]->timers();
+  timers.add(timers.now(), [&] {
+    in_callback = true;
+    while (!release) std::this_thread::yield();
+  });
+  std::thread d([&] {
+    dispatcher = std::this_thread::get_id();
+    while (!in_callback) cl.comms[1]->poll();  // runs the timer, which waits for `release`
+  });
+  while (!in_callback) std::this_thread::yield();
+  ASSERT_TRUE(cl.comms[2]->send(1, kNote, kNothing).is_ok());
+  Comm::Request req;
+  std::thread t([&] {
+    ASSERT_TRUE(cl.comms[1]->start_request(0, kEcho, bytes_of("q"), &req).is_ok());
+    cl.comms[1]->wait(req.done);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  while (!req.done.done()) cl.comms[0]->poll();
+  t.join();
+  EXPECT_FALSE(cl.comms[1]->inbox_empty());  // the waiter queued the note and left it
+  EXPECT_EQ(cl.comms[1]->handled_by_waiters(), 0u);
+  release = true;
+  d.join();
+  EXPECT_TRUE(cl.comms[1]->poll());
+  EXPECT_EQ(notes_on_dispatcher.load(), 0);  // d ended; this thread ran it
+  EXPECT_TRUE(cl.comms[1]->inbox_empty());
 }
 
 // Node 0's server thread (a 200 us spin) while another thread of the process computes or
