@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.." || exit 1
 quick=0
 [[ ${1:-} == --quick ]] && quick=1
 status=0
-step() { echo; echo "== $*"; }
+step() { echo; echo "== $* ($(date +%T))"; }
 # The end of each failed test's output, from a build directory's last ctest run; printed again
 # at the end of the log, where a reader of only its tail (CI's record) still sees why.
 digest=""
@@ -84,6 +84,7 @@ wait_build() {
     sleep 1
   done
   [[ -f $log ]] && cat "$log"
+  echo "(waited until $(date +%T))"
   [[ -f $done ]] || return 1
   return "$(cat "$done")"
 }
