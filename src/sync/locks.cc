@@ -227,13 +227,7 @@ void LockService::unlock(uint64_t id) {
     } else if (nl.has_successor && !eager) {
       leaving = true;  // still held, so nothing else grants it: release first, below
     } else if (nl.has_successor) {
-      nl.held = false;
-      grant = make_grant(st, id, nl);
-      if (!nl.waiters.empty()) {
-        nl.requested = true;  // our own waiters need the token back
-        nl.comes_back = true;
-        ask = true;
-      }
+      grant = unlock_to_successor(st, id, nl, &ask);
     } else {
       nl.held = false;
       if (!eager) mark_unreleased(st, nl);
@@ -243,17 +237,22 @@ void LockService::unlock(uint64_t id) {
   if (leaving) {
     consistency_.release(protocols::ReleaseKind::kLock);
     MutexLock l(st.mu);
-    NodeLock& nl = st.locks.at(id);
-    nl.held = false;
-    grant = make_grant(st, id, nl);
-    if (!nl.waiters.empty()) {
-      nl.requested = true;
-      nl.comes_back = true;
-      ask = true;
-    }
+    grant = unlock_to_successor(st, id, st.locks.at(id), &ask);
   }
   if (grant.to != comm::kNoNode) send_grant(std::move(grant));
   if (ask) send_request(id);
+}
+
+LockService::Grant LockService::unlock_to_successor(Stripe& s, uint64_t id, NodeLock& nl,
+                                                    bool* ask) {
+  nl.held = false;
+  Grant g = make_grant(s, id, nl);
+  if (!nl.waiters.empty()) {
+    nl.requested = true;  // our own waiters need the token back
+    nl.comes_back = true;
+    *ask = true;
+  }
+  return g;
 }
 
 void LockService::take_cached(Stripe&, NodeLock& nl) {

@@ -177,6 +177,9 @@ class LockService {
   Status on_forward(uint64_t id, comm::NodeId requester, protocols::VectorTime vt);
   Status on_grant(comm::Incoming& in);
   Grant make_grant(Stripe& s, uint64_t id, NodeLock& nl) REQUIRES(s.mu);
+  // The unlock of a released lock whose successor gets the token: frees it, makes the grant, and
+  // sets *ask if threads of this node wait (they need the token back).
+  Grant unlock_to_successor(Stripe& s, uint64_t id, NodeLock& nl, bool* ask) REQUIRES(s.mu);
   void send_grant(Grant g);
   // A thread of this node takes the idle token here (lock or try_lock).
   void take_cached(Stripe& s, NodeLock& nl) REQUIRES(s.mu);
