@@ -152,8 +152,13 @@ void Comm::set_fatal_handler(std::function<void(const Status&)> fn, bool ends_pr
 }
 
 void Comm::report_fatal(const Status& why, NodeId culprit) {
+  report_fatal_as(why, culprit, /*lost_peer=*/false);
+}
+
+void Comm::report_fatal_as(const Status& why, NodeId culprit, bool lost_peer) {
   if (failed_.exchange(true, std::memory_order_acq_rel)) return;  // the first reason wins
   culprit_.store(culprit, std::memory_order_release);
+  lost_a_peer_.store(lost_peer, std::memory_order_release);
   std::function<void(const Status&)> fn;
   {
     MutexLock lock(fatal_mu_);
@@ -555,7 +560,7 @@ void Comm::on_peer_failure(NodeId node, const Status& why) {
   // the handler runs on another thread): report_fatal returns at once then, and with a handler
   // that ends the process the requests must not fail either (measured: a kill -9 test's
   // program printed its call's failure before the process ended).
-  report_fatal(why, node);
+  report_fatal_as(why, node, /*lost_peer=*/true);
   if (fatal_ends_process_.load(std::memory_order_acquire)) return;
   fail_pending_to(node, why);
 }

@@ -107,6 +107,10 @@ class Comm final : private TransportSink, public Poller {
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   // True if the job failed because another node sent an abort (it has told the others).
   bool aborted_by_peer() const { return aborted_by_peer_.load(std::memory_order_acquire); }
+  // True if the job failed because this node lost a peer (its connection broke, a message from
+  // it was lost, or it fell silent). That peer may itself have stopped because of an earlier
+  // failure elsewhere, which the launcher may be about to name (valid once failed()).
+  bool lost_a_peer() const { return lost_a_peer_.load(std::memory_order_acquire); }
 
   // --- Messages -----------------------------------------------------------------------------
   // One-way message to `dst` (may be this node). From an application thread this may wait for
@@ -229,6 +233,8 @@ class Comm final : private TransportSink, public Poller {
   // TransportSink
   void on_arrival(Arrival& arrival) override;
   void on_peer_failure(NodeId node, const Status& why) override;
+  // report_fatal, recording whether the failure is a lost peer (lost_a_peer()).
+  void report_fatal_as(const Status& why, NodeId culprit, bool lost_peer);
 
   Status check_dst(NodeId dst) const;
   Status start_pending(NodeId dst, MsgType type, std::span<const std::byte> payload,
@@ -285,6 +291,7 @@ class Comm final : private TransportSink, public Poller {
   std::atomic<bool> failed_{false};
   std::atomic<NodeId> culprit_{kNoNode};
   std::atomic<bool> aborted_by_peer_{false};
+  std::atomic<bool> lost_a_peer_{false};
   std::atomic<bool> shutting_down_{false};
   std::atomic<int64_t> app_loom_ns_{0};
   std::atomic<uint64_t> handled_by_waiters_{0};

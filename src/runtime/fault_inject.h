@@ -10,6 +10,8 @@
 //   ACTION  kill      SIGKILL             stop   SIGSTOP (the test kills it later)
 //           exit      exit(1)             exit0  exit(0)
 //           hang      this thread sleeps forever (the node is alive but makes no progress)
+//           deaf      (setup only) the server thread does not watch the launcher's news: the
+//                     node hears of a failure from its peers, or when it asks the launcher
 //
 // Before acting the node prints "loom[r] inject: POINT ACTION at <unix time in s>" to stderr, so
 // the test can measure how long the job took to stop.
@@ -32,8 +34,12 @@ class FaultInject {
   // Acts if this node (`rank`; -1: not known yet, taken from LOOM_RANK or PMIX_RANK) is the
   // victim and `point` is the point.
   void at(std::string_view point, int rank) const;
+  // True if this node is to be deaf to its launcher's news (setup:deaf).
+  bool deaf(int rank) const;
 
  private:
+  bool victim_at(std::string_view point, int rank) const;
+
   int rank_ = -2;  // none
   std::string point_, action_;
 };

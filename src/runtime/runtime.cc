@@ -42,6 +42,8 @@ std::atomic<int> g_exit_status{0};
 
 // The runtime's own message types (the runtime range; PARMACS uses 224..228).
 constexpr comm::MsgType kLeavingMsg = comm::msg_range::kRuntime + 16;
+// How long a node that lost a peer waits for the launcher to name an earlier failure (on_fatal).
+constexpr int kLauncherWordMs = 300;
 
 std::string_view leave_words(Leave how) {
   switch (how) {
@@ -175,7 +177,8 @@ std::unique_ptr<Runtime> Runtime::start() {
   // for this very thread.
   sopts.on_start = [] { memory::forbid_faults_on_this_thread("the server thread"); };
   rt->server_ = std::make_unique<comm::ServerThread>(*rt->comm_, *rt->transport_, sopts);
-  if (int fd = rt->bootstrap_->event_fd(); fd >= 0) {
+  if (int fd = rt->bootstrap_->event_fd();
+      fd >= 0 && !g_inject.deaf(static_cast<int>(rt->rank()))) {
     rt->server_->add_fd(fd, [raw] {
       Status s = raw->bootstrap_->handle_event();
       if (!s) raw->comm_->report_fatal(s);
@@ -648,8 +651,18 @@ void Runtime::on_stop_signal(int sig) {
 void Runtime::on_fatal(const Status& why) {
   // Runs once, on whichever thread found the problem (often the server thread).
   std::string reason = why.message().empty() ? why.to_string() : why.message();
+  comm::NodeId culprit = comm_->culprit();
+  if (comm_->lost_a_peer()) {
+    // The lost peer may have stopped because another node failed, and then the launcher is
+    // telling every node about that failure now: its word names the cause, the lost connection
+    // only a consequence (measured: a survivor named the node that stopped before it, not the
+    // one killed).
+    if (Status named = bootstrap_->await_failure(kLauncherWordMs); !named) {
+      reason = named.message().empty() ? named.to_string() : named.message();
+      culprit = comm::kNoNode;
+    }
+  }
   LOOM_ERROR("{}", reason);
-  const comm::NodeId culprit = comm_->culprit();
   // Tell the others, unless they told us (then they know).
   if (!comm_->aborted_by_peer()) {
     std::string text = fmt::format("node {}: {}", comm_->rank(), reason);

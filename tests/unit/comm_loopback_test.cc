@@ -316,6 +316,22 @@ TEST(CommLoopback, BadReplyIsReportedNamingTheReplierAndTheType) {
   EXPECT_TRUE(cl.fatal_of(1).empty());
 }
 
+// A broken connection is a lost peer (the runtime then asks the launcher whether an earlier
+// failure explains it); a failure reported any other way is not.
+TEST(CommLoopback, OnlyAPeerFailureCountsAsALostPeer) {
+  Cluster cl(3);
+  cl.comms[1]->report_fatal(Status::peer_failed("node 2 was killed"), 2);
+  cl.fabric.kill(2);  // node 0 finds its connection to node 2 broken
+  cl.pump();
+  ASSERT_TRUE(cl.comms[0]->failed());
+  EXPECT_TRUE(cl.comms[0]->lost_a_peer());
+  EXPECT_EQ(cl.comms[0]->culprit(), 2u);
+  // Node 1's report came first: it is not a lost peer, also after the connection broke.
+  ASSERT_TRUE(cl.comms[1]->failed());
+  EXPECT_FALSE(cl.comms[1]->lost_a_peer());
+  EXPECT_EQ(cl.fatal_of(1), "peer failed: node 2 was killed");
+}
+
 TEST(CommLoopback, MessageFromAnotherJobIsRefusedNotFatal) {
   LoopbackFabric fabric(2);
   CommOptions a, b;
