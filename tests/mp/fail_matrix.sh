@@ -17,6 +17,8 @@
 #
 # Each job must:
 #   - end by itself within its bound plus a margin (no hang; the script's own timeout kills it);
+#     under mpirun a job whose nodes have all ended while mpirun itself still runs is Open MPI's
+#     hang, reported as a NOTE and judged by what its nodes printed;
 #   - under loomrun, end with the failed node's status (137 when it was killed or SIGKILLed after
 #     being stopped, its exit status when it exited, 3 when it stopped the job itself) and name
 #     that node in loomrun's first line;
@@ -31,7 +33,6 @@
 # launcher's exit), then "stop times PHASE LAUNCHER: median M s, max X s over N jobs".
 #
 # FAIL_MATRIX_ACTIONS="kill exit exit0" runs only those actions (the short variant of the test suite).
-# FAIL_MATRIX_ALL=1 also runs the case skipped as open (SIGSTOP in the shutdown phase under mpirun).
 #
 # The bounds default to short values so that the matrix runs in minutes (bench/RESULTS.md has the
 # times measured with them); FAIL_MATRIX_DEFAULTS=1 keeps Loom's defaults.
@@ -105,17 +106,6 @@ for i in "${!actions[@]}"; do
     # normally, and mpirun waits for the stopped one (docs/comm.md, "What is not detected").
     continue
   fi
-  if [[ $launcher == mpirun && $phase == shutdown && $action == stop && ${FAIL_MATRIX_ALL:-0} != 1 ]]
-  then
-    # Open: this job still ran after 30 s in 2 of 41 runs (2026-11-27 morning); the others
-    # stopped in 4.0-7.3 s (with only the node that found the failure calling PMIx_Abort: 1 of
-    # 91, but mpirun itself then crashed once, SIGSEGV, in the "hang" case; reverted). In the one caught with ps, every node had ended (zombies, each having printed
-    # its error naming node 2) and mpirun itself waited on a futex: Open MPI 4.1's mpirun, not
-    # Loom, hangs there. FAIL_MATRIX_ALL=1 runs it (on a hang the script prints the job's
-    # processes and output).
-    echo "SKIP: $phase $action under mpirun (mpirun itself hangs in ~1-5 % of runs; FAIL_MATRIX_ALL=1)"
-    continue
-  fi
   if [[ $phase == run ]]; then
     prog=("$check" 100000 "$victim" 20 "$action")
   else
@@ -145,11 +135,24 @@ for i in "${!actions[@]}"; do
     sleep 0.1
   done
   end=$(date +%s.%N)
+  mpirun_hung=""
   if [[ -z $ended ]]; then
-    echo "FAILED: $phase $action (victim $victim): the job still runs after $limit s"
-    fail=1
+    # Open MPI 4.1's mpirun itself sometimes hangs (a futex) after every process of the job has
+    # ended: 2 of 41 SIGSTOP jobs and 1 "hang" job in the shutdown phase (2026-11-27), each
+    # node a zombie that had printed its error. That is mpirun's hang, not Loom's: reported,
+    # and the job is judged by what its nodes printed. Any node process still alive is Loom's.
+    alive=$(ps -eo sid=,stat=,comm= | awk -v s="$job" -v c="$(basename "$check" | cut -c1-15)" \
+      '$1 == s && $3 == c && $2 !~ /^Z/' | wc -l)
+    if [[ $launcher == mpirun && $alive -eq 0 ]]; then
+      mpirun_hung=1
+      echo "NOTE: $phase $action (victim $victim): every node ended, but mpirun still runs" \
+        "after $limit s (Open MPI's hang); judged by the nodes' output"
+    else
+      echo "FAILED: $phase $action (victim $victim): the job still runs after $limit s"
+      fail=1
+      show
+    fi
     ps -o pid,stat,wchan:24,cmd -s "$job" | sed 's/^/  /'
-    show
     kill -KILL -- "-$job" 2>/dev/null  # its session's process group (setsid): the whole job
   fi
   wait "$job" 2>/dev/null; rc=$?
@@ -165,7 +168,7 @@ for i in "${!actions[@]}"; do
 
   inject=$(grep -m1 -oE "inject: [a-z]+ [a-z0-9]+ at [0-9.]+" "$out" | awk '{print $5}')
   secs="?"
-  if [[ -n $inject ]]; then
+  if [[ -n $inject && -z $mpirun_hung ]]; then
     secs=$(echo "$end - $inject" | bc)
     times+=("$secs")
   elif [[ $action != kill && $action != stop ]] || [[ $phase != boot ]]; then
@@ -235,8 +238,10 @@ for i in "${!actions[@]}"; do
     fi
   fi
 
-  # Nothing left behind.
-  if [[ $private_shm == 1 ]]; then
+  # Nothing left behind (by a job that ended: a hung mpirun that was killed never cleaned up).
+  if [[ -n $mpirun_hung ]]; then
+    rm -rf "${jobtmp:?}"/*
+  elif [[ $private_shm == 1 ]]; then
     if [[ ! -f $work/shm.$i ]]; then
       echo "FAILED: $phase $action: the wrapper did not list the job's /dev/shm"; fail=1
     elif [[ -s $work/shm.$i ]]; then
