@@ -93,7 +93,9 @@ if ((quick == 0)); then
   # (made while the ASan tests run), then the clang build (made while the TSan tests run).
   # note: the clang build checks the annotated code, which is in the libraries and tools (the
   # tests and benchmarks carry no annotations, and leaving them out keeps CI within its time
-  # budget on a 2-core machine). It is instrumented for libFuzzer with ASan+UBSan (docs/fuzz.md):
+  # budget on a 2-core machine). It is the one build with an object per source file (the others
+  # are unity builds), so it also checks that each file of them includes what it uses. It is
+  # instrumented for libFuzzer with ASan+UBSan (docs/fuzz.md):
   # its fuzz targets run a few seconds each at the end (label fuzz); the release pass replays
   # their corpora.
   "${low_priority[@]}" bash -c 'cd "$1" || exit 1
