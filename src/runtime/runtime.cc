@@ -19,6 +19,7 @@
 #include "loom/loom.h"
 #include "loom/loom.hpp"
 #include "runtime/fault_inject.h"
+#include "runtime/leaving_message.h"
 #include "runtime/parmacs.h"
 #include "runtime/stop_signals.h"
 
@@ -40,8 +41,6 @@ FaultInject g_inject;
 std::atomic<bool> g_exiting{false};
 std::atomic<int> g_exit_status{0};
 
-// The runtime's own message types (the runtime range; PARMACS uses 224..228).
-constexpr comm::MsgType kLeavingMsg = comm::msg_range::kRuntime + 16;
 // How long a node that lost a peer waits for the launcher to name an earlier failure (on_fatal).
 constexpr int kLauncherWordMs = 300;
 
@@ -236,10 +235,8 @@ Runtime::~Runtime() {
 }
 
 void Runtime::register_runtime_messages() {
-  Status s = comm_->registry().add(
-      kLeavingMsg, "runtime.leaving",
-      [this](comm::Incoming& in) { return on_peer_leaving(in.src(), in.payload()); },
-      [](std::span<const std::byte> p) { return fmt::format("{} bytes", p.size()); });
+  Status s = register_leaving_handler(
+      *comm_, [this](comm::NodeId from, Leaving m) { on_peer_leaving(from, std::move(m)); });
   LOOM_CHECK(s.is_ok(), "registering runtime.leaving: {}", s.to_string());
   barriers_->set_stranded_handler([this](comm::NodeId left, uint64_t id, uint64_t episode) {
     std::string how = "left the job";
@@ -256,24 +253,12 @@ void Runtime::register_runtime_messages() {
   });
 }
 
-// runtime.leaving: u32 length + the words saying how the node leaves, u32 n, then n x {u64
-// barrier id, u64 episodes completed}.
-Status Runtime::on_peer_leaving(comm::NodeId from, std::span<const std::byte> payload) {
-  protocols::ByteReader r(payload);
-  uint32_t len, n;
-  std::span<const std::byte> words;
-  if (!r.u32(&len) || !r.bytes(len, &words) || len > 256 || !r.u32(&n) || n > r.left() / 16)
-    return Status::malformed("runtime.leaving: bad header");
-  std::vector<std::pair<uint64_t, uint64_t>> episodes(n);
-  for (auto& [id, count] : episodes)
-    if (!r.u64(&id) || !r.u64(&count)) return Status::malformed("runtime.leaving: truncated");
-  if (r.left() != 0) return Status::malformed("runtime.leaving: trailing bytes");
+void Runtime::on_peer_leaving(comm::NodeId from, Leaving m) {
   {
     MutexLock l(leaving_mu_);
-    leaving_how_[from] = std::string(reinterpret_cast<const char*>(words.data()), words.size());
+    leaving_how_[from] = std::move(m.how);
   }
-  barriers_->peer_left(from, episodes);
-  return Status::ok();
+  barriers_->peer_left(from, m.episodes);
 }
 
 void Runtime::start_shutdown_watchdog(int64_t ms) {
@@ -308,17 +293,8 @@ void Runtime::stop(Leave how) {
   // Tell the others that this node leaves, with the barrier episodes it completed: a peer that
   // waits at a barrier episode this node never reached would otherwise wait forever.
   {
-    std::string_view words = leave_words(how);
-    std::vector<std::byte> payload;
-    protocols::ByteWriter w(&payload);
-    w.u32(static_cast<uint32_t>(words.size()));
-    w.bytes(std::as_bytes(std::span<const char>(words.data(), words.size())));
-    auto episodes = barriers_->episodes();
-    w.u32(static_cast<uint32_t>(episodes.size()));
-    for (const auto& [id, count] : episodes) {
-      w.u64(id);
-      w.u64(count);
-    }
+    const std::vector<std::byte> payload =
+        encode_leaving({std::string(leave_words(how)), barriers_->episodes()});
     for (comm::NodeId p = 0; p < size(); ++p)
       if (p != rank() && comm_->peer_alive(p)) (void)comm_->send(p, kLeavingMsg, payload);
   }

@@ -25,6 +25,7 @@
 #include "memory/page_table.h"
 #include "protocols/hlrc/hlrc.h"
 #include "protocols/platform.h"
+#include "runtime/leaving_message.h"
 #include "sync/barriers.h"
 #include "sync/conds.h"
 #include "sync/locks.h"
@@ -87,8 +88,8 @@ class Runtime {
  private:
   Runtime() = default;
   void on_fatal(const Status& why);
-  // The runtime.leaving message: node `from` leaves (how, and its barrier episodes).
-  Status on_peer_leaving(comm::NodeId from, std::span<const std::byte> payload);
+  // The runtime.leaving message (runtime/leaving_message.h): node `from` leaves.
+  void on_peer_leaving(comm::NodeId from, Leaving m);
   void register_runtime_messages();
   // Ends the process if stop() has not finished within `ms` (a thread that waits for it).
   void start_shutdown_watchdog(int64_t ms);

@@ -423,6 +423,7 @@ Status Simulation::settle() {
 
 comm::Comm& Simulation::comm(uint32_t node) { return *nodes_.at(node)->comm; }
 protocols::hlrc::Hlrc& Simulation::hlrc(uint32_t node) { return *nodes_.at(node)->hlrc; }
+sync::BarrierService& Simulation::barriers(uint32_t node) { return *nodes_.at(node)->barriers; }
 
 // --- Thread operations
 // ----------------------------------------------------------------------------

@@ -162,10 +162,11 @@ class Simulation {
   // or OK. No thread runs any more, so a failed simulation can be destroyed normally.
   // REQUIRES: run() returned OK.
   Status settle();
-  // Test-only: a node's Comm and HLRC, for tests that register further message types (before
-  // run()) or look inside.
+  // Test-only: a node's Comm, HLRC and barrier service, for tests that register further message
+  // types (before run()) or look inside.
   comm::Comm& comm(uint32_t node);
   protocols::hlrc::Hlrc& hlrc(uint32_t node);
+  sync::BarrierService& barriers(uint32_t node);
 
   // Stops the run with `why` (from a thread's program, e.g. a failed check); run() returns it.
   void fail(Status why);

@@ -7,7 +7,7 @@
 // passed, semaphores at both nodes, a condition signalled); then the input's messages are sent
 // between the nodes (Simulation::post) and everything they cause is delivered (settle). The
 // PARMACS handlers (runtime/parmacs_messages.h) are registered on both nodes, with actions that
-// only count.
+// only count, and runtime.leaving (runtime/leaving_message.h), acted on by the barrier service.
 //
 // Input: byte 0 picks the simulation's variant (bit 0: HLRC home migration after every diff;
 // bits 1-2: the seed of the schedule); then up to 16 messages, each
@@ -34,6 +34,7 @@
 #include "fuzz.h"
 #include "protocols/hlrc/notices.h"
 #include "protocols/protocol.h"
+#include "runtime/leaving_message.h"
 #include "runtime/parmacs.h"
 #include "runtime/parmacs_messages.h"
 #include "sim/sim.h"
@@ -89,6 +90,18 @@ std::unique_ptr<Simulation> make_simulation(const Variant& v, sim::Options o = {
       return c->reply(reply, std::span<const std::byte>());
     };
     if (Status s = runtime::register_parmacs_handlers(pm); !s) fail(s.to_string());
+    // runtime.leaving, acted on as the runtime does: the barrier service learns the leaver's
+    // episodes, and a barrier stranded by them stops the job.
+    sync::BarrierService& bars = sim->barriers(n);
+    bars.set_stranded_handler([c](comm::NodeId left, uint64_t id, uint64_t episode) {
+      c->report_fatal(
+          Status::peer_failed(fmt::format("node {} left while barrier {:#x} waits (episode {})",
+                                          left, id, episode)),
+          left);
+    });
+    Status s = runtime::register_leaving_handler(
+        *c, [&bars](comm::NodeId from, runtime::Leaving m) { bars.peer_left(from, m.episodes); });
+    if (!s) fail(s.to_string());
   }
 
   auto sh = std::make_shared<Shared>();
@@ -225,6 +238,13 @@ std::vector<std::string> seeds() {
     seen.push_back(Message{runtime::pm_msg::kExit, 1, false, std::string("\3\0\0\0", 4)});
     seen.push_back(Message{runtime::pm_msg::kAbort, 0, true, std::string("\3\0\0\0", 4)});
     seen.push_back(Message{runtime::pm_msg::kEnd, 0, false, ""});
+    // runtime.leaving: each node leaves, with the barrier episodes it completed.
+    for (uint32_t src : {0u, 1u}) {
+      std::vector<std::byte> p =
+          runtime::encode_leaving({"called loom::finalize", sim->barriers(src).episodes()});
+      seen.push_back(Message{runtime::kLeavingMsg, src, false,
+                             std::string(reinterpret_cast<const char*>(p.data()), p.size())});
+    }
     out.push_back(encode_input(variant, {}));
     // Up to two of each type and direction, each alone and the first two in one input.
     std::map<std::pair<comm::MsgType, uint32_t>, std::vector<const Message*>> by_kind;

@@ -16,6 +16,7 @@
 
 #include "memory/heap.h"
 #include "protocols/hlrc/hlrc.h"
+#include "runtime/leaving_message.h"
 #include "sim/sim.h"
 #include "sync/barriers.h"
 #include "sync/locks.h"
@@ -73,6 +74,60 @@ std::vector<std::byte> arrival(uint64_t id, uint32_t count, uint64_t episode) {
   w.u32(0);  // records
   w.u32(0);  // mail
   return out;
+}
+
+// runtime.leaving (runtime/leaving_message.h), registered on both nodes as the runtime does.
+void register_leaving(Simulation& sim) {
+  for (uint32_t n = 0; n < 2; ++n) {
+    sync::BarrierService& bars = sim.barriers(n);
+    ASSERT_TRUE(runtime::register_leaving_handler(sim.comm(n), [&bars](comm::NodeId from,
+                                                                       runtime::Leaving m) {
+                  bars.peer_left(from, m.episodes);
+                }).is_ok());
+  }
+}
+
+TEST(PeerInputDeathTest, LeavingWithWordsThatAreNotText) {
+  expect_stop(
+      [](Simulation& sim) {
+        register_leaving(sim);
+        sim.spawn(0, [](Thread&) {});
+        sim.spawn(1, [](Thread& t) {
+          t.inject(0, runtime::kLeavingMsg, runtime::encode_leaving({"left\n\x1b[2J", {}}),
+                   /*request=*/false);
+        });
+      },
+      "node 0: bad 'runtime.leaving' message from node 1: malformed: runtime.leaving: the words "
+      "are not printable text");
+}
+
+TEST(PeerInputDeathTest, LeavingWithMoreEpisodesThanBytes) {
+  expect_stop(
+      [](Simulation& sim) {
+        register_leaving(sim);
+        sim.spawn(0, [](Thread&) {});
+        sim.spawn(1, [](Thread& t) {
+          std::vector<std::byte> p = runtime::encode_leaving({"left", {{1, 2}}});
+          p[4 + 4] = std::byte{2};  // n = 2, one pair follows
+          t.inject(0, runtime::kLeavingMsg, p, /*request=*/false);
+        });
+      },
+      "node 0: bad 'runtime.leaving' message from node 1: malformed: runtime.leaving: bad episode "
+      "count");
+}
+
+TEST(LeavingMessage, RoundTrip) {
+  runtime::Leaving m{"called loom::finalize", {{7, 3}, {uint64_t{1} << 63, 0}}};
+  Result<runtime::Leaving> back = runtime::decode_leaving(runtime::encode_leaving(m));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->how, m.how);
+  EXPECT_EQ(back->episodes, m.episodes);
+  std::vector<std::byte> p = runtime::encode_leaving(m);
+  p.push_back(std::byte{0});
+  EXPECT_EQ(runtime::decode_leaving(p).status().to_string(),
+            "malformed: runtime.leaving: 1 trailing bytes");
+  EXPECT_FALSE(
+      runtime::decode_leaving(runtime::encode_leaving({std::string(257, 'a'), {}})).is_ok());
 }
 
 TEST(PeerInputDeathTest, PageRequestOutsideTheRegion) {
