@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "comm/completion.h"
@@ -18,18 +20,20 @@ bool readable(int fd, int timeout_ms) {
 }
 
 TEST(Timers, RunDueRunsOnlyWhatIsDueEarliestFirst) {
+  // note: timer 3 is due 500 ms on, so that a thread descheduled for a while between now() and
+  // the first run_due() does not find it due already (3 ms failed once in CI, under load).
+  constexpr int64_t kLater = 500'000'000;
   Timers t(false);
   std::vector<int> ran;
   const int64_t now = t.now();
-  t.add(now + 3'000'000, [&] { ran.push_back(3); });
+  t.add(now + kLater, [&] { ran.push_back(3); });
   t.add(now - 1, [&] { ran.push_back(1); });
   t.add(now, [&] { ran.push_back(2); });
   t.add(now + 60'000'000'000, [&] { ran.push_back(4); });
   EXPECT_TRUE(t.run_due());
   EXPECT_EQ(ran, (std::vector<int>{1, 2}));
   EXPECT_EQ(t.pending(), 2u);
-  while (t.now() < now + 3'000'000) {
-  }
+  while (t.now() < now + kLater) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(t.run_due());
   EXPECT_FALSE(t.run_due());
   EXPECT_EQ(ran, (std::vector<int>{1, 2, 3}));
@@ -67,13 +71,13 @@ TEST(Timers, CallbackMayAddTimers) {
 TEST(Timers, DescriptorFollowsTheEarliestDeadline) {
   Timers t(false);
   ASSERT_GE(t.fd(), 0);
-  uint64_t soon = t.add(t.now() + 20'000'000, [] {});
+  uint64_t soon = t.add(t.now() + 500'000'000, [] {});  // not due before it is cancelled
   t.add(t.now() + 60'000'000'000, [] {});
   EXPECT_FALSE(readable(t.fd(), 0));
   EXPECT_TRUE(t.cancel(soon));
   EXPECT_FALSE(readable(t.fd(), 100));  // now armed a minute ahead
+  int64_t start = now_ns();             // before add(): the deadline is at least 5 ms after it
   t.add(t.now() + 5'000'000, [] {});
-  int64_t start = now_ns();
   EXPECT_TRUE(readable(t.fd(), 2000));
   EXPECT_GE(now_ns() - start, 4'000'000);
   t.clear_fd();
