@@ -44,14 +44,16 @@ Result<Leaving> decode_leaving(std::span<const std::byte> payload) {
   return out;
 }
 
-Status register_leaving_handler(comm::Comm& comm,
-                                std::function<void(comm::NodeId, Leaving)> on_leaving) {
+Status register_leaving_handler(comm::Comm& comm, sync::BarrierService& barriers,
+                                std::function<void(comm::NodeId, std::string)> on_how) {
   return comm.registry().add(
       kLeavingMsg, "runtime.leaving",
-      [on_leaving = std::move(on_leaving)](comm::Incoming& in) -> Status {
+      [&barriers, on_how = std::move(on_how)](comm::Incoming& in) -> Status {
         Result<Leaving> m = decode_leaving(in.payload());
         if (!m) return m.status();
-        on_leaving(in.src(), std::move(*m));
+        // note: the words first: a barrier the episodes strand is reported with them.
+        if (on_how) on_how(in.src(), std::move(m->how));
+        barriers.peer_left(in.src(), m->episodes);
         return Status::ok();
       },
       [](std::span<const std::byte> p) {

@@ -21,6 +21,7 @@
 
 #include "comm/comm.h"
 #include "loom/status.h"
+#include "sync/barriers.h"
 
 namespace loom::runtime {
 
@@ -37,9 +38,10 @@ std::vector<std::byte> encode_leaving(const Leaving& leaving);
 // Status::malformed naming what is wrong ("runtime.leaving: ...").
 Result<Leaving> decode_leaving(std::span<const std::byte> payload);
 
-// Registers runtime.leaving on `comm`: each valid message calls on_leaving(sender, message); an
+// Registers runtime.leaving on `comm`: each valid message first calls on_how(sender, how) if
+// given, then tells `barriers` the episodes the sender completed (BarrierService::peer_left); an
 // invalid one is the sender's bad input (the job stops).
-Status register_leaving_handler(comm::Comm& comm,
-                                std::function<void(comm::NodeId, Leaving)> on_leaving);
+Status register_leaving_handler(comm::Comm& comm, sync::BarrierService& barriers,
+                                std::function<void(comm::NodeId, std::string)> on_how = {});
 
 }  // namespace loom::runtime

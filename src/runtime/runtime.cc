@@ -235,8 +235,11 @@ Runtime::~Runtime() {
 }
 
 void Runtime::register_runtime_messages() {
-  Status s = register_leaving_handler(
-      *comm_, [this](comm::NodeId from, Leaving m) { on_peer_leaving(from, std::move(m)); });
+  Status s =
+      register_leaving_handler(*comm_, *barriers_, [this](comm::NodeId from, std::string how) {
+        MutexLock l(leaving_mu_);
+        leaving_how_[from] = std::move(how);
+      });
   LOOM_CHECK(s.is_ok(), "registering runtime.leaving: {}", s.to_string());
   barriers_->set_stranded_handler([this](comm::NodeId left, uint64_t id, uint64_t episode) {
     std::string how = "left the job";
@@ -251,14 +254,6 @@ void Runtime::register_runtime_messages() {
             left, how, rank(), id, episode, left)),
         left);
   });
-}
-
-void Runtime::on_peer_leaving(comm::NodeId from, Leaving m) {
-  {
-    MutexLock l(leaving_mu_);
-    leaving_how_[from] = std::move(m.how);
-  }
-  barriers_->peer_left(from, m.episodes);
 }
 
 void Runtime::start_shutdown_watchdog(int64_t ms) {
@@ -626,7 +621,10 @@ void Runtime::on_stop_signal(int sig) {
 
 void Runtime::on_fatal(const Status& why) {
   // Runs once, on whichever thread found the problem (often the server thread).
-  std::string reason = why.message().empty() ? why.to_string() : why.message();
+  auto reason_of = [](const Status& s) {
+    return s.message().empty() ? s.to_string() : s.message();
+  };
+  std::string reason = reason_of(why);
   comm::NodeId culprit = comm_->culprit();
   if (comm_->lost_a_peer()) {
     // The lost peer may have stopped because another node failed, and then the launcher is
@@ -634,7 +632,7 @@ void Runtime::on_fatal(const Status& why) {
     // only a consequence (measured: a survivor named the node that stopped before it, not the
     // one killed).
     if (Status named = bootstrap_->await_failure(kLauncherWordMs); !named) {
-      reason = named.message().empty() ? named.to_string() : named.message();
+      reason = reason_of(named);
       culprit = comm::kNoNode;
     }
   }

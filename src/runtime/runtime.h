@@ -88,8 +88,6 @@ class Runtime {
  private:
   Runtime() = default;
   void on_fatal(const Status& why);
-  // The runtime.leaving message (runtime/leaving_message.h): node `from` leaves.
-  void on_peer_leaving(comm::NodeId from, Leaving m);
   void register_runtime_messages();
   // Ends the process if stop() has not finished within `ms` (a thread that waits for it).
   void start_shutdown_watchdog(int64_t ms);

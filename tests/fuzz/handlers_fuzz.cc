@@ -99,8 +99,7 @@ std::unique_ptr<Simulation> make_simulation(const Variant& v, sim::Options o = {
                                           left, id, episode)),
           left);
     });
-    Status s = runtime::register_leaving_handler(
-        *c, [&bars](comm::NodeId from, runtime::Leaving m) { bars.peer_left(from, m.episodes); });
+    Status s = runtime::register_leaving_handler(*c, bars);
     if (!s) fail(s.to_string());
   }
 

@@ -79,11 +79,7 @@ std::vector<std::byte> arrival(uint64_t id, uint32_t count, uint64_t episode) {
 // runtime.leaving (runtime/leaving_message.h), registered on both nodes as the runtime does.
 void register_leaving(Simulation& sim) {
   for (uint32_t n = 0; n < 2; ++n) {
-    sync::BarrierService& bars = sim.barriers(n);
-    ASSERT_TRUE(runtime::register_leaving_handler(sim.comm(n), [&bars](comm::NodeId from,
-                                                                       runtime::Leaving m) {
-                  bars.peer_left(from, m.episodes);
-                }).is_ok());
+    ASSERT_TRUE(runtime::register_leaving_handler(sim.comm(n), sim.barriers(n)).is_ok());
   }
 }
 
