@@ -137,6 +137,12 @@ const ConfigRow kRows[] = {
      "thread of this node that locks again soon, within LOCK_FAIRNESS; only for locks this node "
      "came back for soon after they last left. 0: the token leaves at once (strict handoff).",
      "", 0, 1000000},
+    {"LOCK_PUSH", ConfigType::kBool, "0",
+     "A lock's manager sends the token ahead, with its next release, to the node the lock "
+     "alternates with (it went there and came back from there 3 times in a row), so that node's "
+     "next lock finds it cached; backs off while pushed tokens go unused. Helps programs whose "
+     "locks alternate regularly between two nodes (WATER), costs others (BARNES).",
+     ""},
     {"PM_PLACEMENT", ConfigType::kEnum, "block",
      "PARMACS programs: where CREATE puts threads. block: consecutive threads on one node "
      "(PM_THREADS_PER_NODE each, or n/nodes for CREATE(fn, n)); cyclic: thread i on node i mod n.",

@@ -405,6 +405,7 @@ void Runtime::start_memory() {
   lock_policy.fairness = static_cast<uint32_t>(config_.get_int("LOCK_FAIRNESS"));
   lock_policy.keep_ns = config_.get_int("LOCK_KEEP_US") * 1000;
   lock_policy.lazy = config_.get_bool("LAZY_RELEASE");
+  lock_policy.push = config_.get_bool("LOCK_PUSH");
   locks_ = std::make_unique<sync::LockService>(*comm_, *platform_, lock_policy);
   barriers_ = std::make_unique<sync::BarrierService>(*comm_, *platform_, space_->num_pages());
   conds_ = std::make_unique<sync::CondService>(*comm_, *locks_);
@@ -481,6 +482,10 @@ nlohmann::json Runtime::dsm_json() const {
   j["lock_kept_unlocks"] = v(l.kept_unlocks);
   j["lock_kept_reacquires"] = v(l.kept_reacquires);
   j["lock_keeps_timed_out"] = v(l.keeps_timed_out);
+  j["lock_pushes"] = v(l.pushes);
+  j["lock_pushes_received"] = v(l.pushes_received);
+  j["lock_pushes_unused"] = v(l.pushes_unused);
+  j["lock_requests_dropped"] = v(l.requests_dropped);
   const sync::BarrierCounters& b = barriers_->counters();
   j["barrier_waits"] = v(b.waits);
   j["barrier_solicited_arrivals"] = v(b.solicited_arrivals);

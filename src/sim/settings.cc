@@ -107,6 +107,15 @@ const std::vector<Setting>& settings() {
        {0, 1},
        [](const Options& o) -> uint64_t { return o.lock_keep ? 1 : 0; },
        [](Options& o, uint64_t v) { o.lock_keep = v != 0; }},
+      {"lock-push",
+       "The manager pushes a lock's token to the node that takes it in turn with it "
+       "(LOOM_LOCK_PUSH)",
+       "",
+       0,
+       1,
+       {0, 1},
+       [](const Options& o) -> uint64_t { return o.lock_push ? 1 : 0; },
+       [](Options& o, uint64_t v) { o.lock_push = v != 0; }},
       {"notice-gc",
        "Write notices a node stores before a release collects every node's vector time and "
        "drops the notices all hold (Hlrc::Options::gc_threshold; no LOOM_ variable)",

@@ -136,6 +136,7 @@ Simulation::Simulation(Options options)
     // note: any positive window: the schedule, not a clock, decides when it ends.
     lock_policy.keep_ns = opts_.lock_keep ? 1 : 0;
     lock_policy.lazy = opts_.lazy_release;
+    lock_policy.push = opts_.lock_push;
     node->locks = std::make_unique<sync::LockService>(*node->comm, *node->platform, lock_policy);
     node->barriers = std::make_unique<sync::BarrierService>(*node->comm, *node->platform,
                                                             node->frames->num_pages());

@@ -60,6 +60,7 @@ struct Options {
   // when the scheduler fires its timer (comm/timers.h, manual mode).
   bool lock_keep = true;
   bool lazy_release = true;  // LOOM_LAZY_RELEASE
+  bool lock_push = false;    // LOOM_LOCK_PUSH
   // LOOM_WRITE_DETECT: the frames track writes (as uffd does on a real node), or mprotect only.
   bool write_tracking = true;  // as LOOM_WRITE_DETECT's default (auto) on Linux 6.7+
   // Events kept for failure reports; print_trace prints every event as it happens (stderr).

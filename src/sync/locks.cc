@@ -76,8 +76,9 @@ void LockService::ensure_managed(Stripe& s, uint64_t id) {
 
 Status LockService::register_messages() {
   comm::MessageRegistry& reg = comm_.registry();
-  auto parse_req = [this](comm::Incoming& in, uint64_t* id, uint32_t* requester,
-                          VectorTime* vt) -> Status {
+  // `seen`: a request's count of pushes seen (nullptr: a forward, which has none).
+  auto parse_req = [this](comm::Incoming& in, uint64_t* id, uint32_t* requester, VectorTime* vt,
+                          uint32_t* seen) -> Status {
     ByteReader r(in.payload());
     if (!r.u64(id) || !r.u32(requester)) return Status::malformed("truncated");
     if (!has_tag(*id, kLockTag)) return Status::malformed(fmt::format("{:#x} is no lock", *id));
@@ -86,6 +87,8 @@ Status LockService::register_messages() {
           fmt::format("lock {:#x}: requester {} in a {}-node job", *id, *requester, nodes_));
     Result<VectorTime> v = protocols::hlrc::read_vt(r, nodes_);
     if (!v) return v.status();
+    if (seen != nullptr && !r.u32(seen))
+      return Status::malformed(fmt::format("lock {:#x}: truncated request", *id));
     if (r.left() != 0)
       return Status::malformed(fmt::format("lock {:#x}: {} trailing bytes", *id, r.left()));
     *vt = std::move(*v);
@@ -104,16 +107,16 @@ Status LockService::register_messages() {
       msg::kLockRequest, "lock.request",
       [this, parse_req](comm::Incoming& in) -> Status {
         uint64_t id;
-        uint32_t who;
+        uint32_t who, seen;
         VectorTime vt;
-        if (Status st = parse_req(in, &id, &who, &vt); !st) return st;
+        if (Status st = parse_req(in, &id, &who, &vt, &seen); !st) return st;
         if (manager_of(id, nodes_) != me_)
           return Status::malformed(
               fmt::format("lock {:#x}: a request to node {}, not its manager", id, me_));
         if (who != in.src())
           return Status::malformed(
               fmt::format("lock {:#x}: node {} asks for node {}", id, in.src(), who));
-        return on_request(id, who, std::move(vt));
+        return on_request(id, who, std::move(vt), seen);
       },
       print_req);
   if (!s) return s;
@@ -123,7 +126,7 @@ Status LockService::register_messages() {
         uint64_t id;
         uint32_t who;
         VectorTime vt;
-        if (Status st = parse_req(in, &id, &who, &vt); !st) return st;
+        if (Status st = parse_req(in, &id, &who, &vt, nullptr); !st) return st;
         if (in.src() != manager_of(id, nodes_) || who == me_)
           return Status::malformed(fmt::format(
               "lock {:#x}: a forward of node {}'s request from node {} (the manager is node {})",
@@ -146,6 +149,7 @@ void LockService::complete(Waiter* w) { w->done.complete(Status::ok()); }
 void LockService::lock(uint64_t id) {
   Waiter w;
   bool cached = false, ask = false;
+  uint32_t seen = 0;  // pushes of this lock seen here when the request goes out
   {
     Stripe& st = stripe_of(id);
     MutexLock l(st.mu);
@@ -158,6 +162,7 @@ void LockService::lock(uint64_t id) {
       if (!nl.token && !nl.requested) {
         nl.requested = true;
         ask = true;
+        seen = nl.pushes_seen;
         // note: the keep policy's guess (one clock read per request).
         if (policy_.keep_ns > 0)
           nl.comes_back =
@@ -171,7 +176,7 @@ void LockService::lock(uint64_t id) {
     return;
   }
   int64_t t0 = comm::now_ns();
-  if (ask) send_request(id);
+  if (ask) send_request(id, seen);
   const Status& s = comm_.wait(w.done);
   LOOM_CHECK(s.is_ok(), "waiting for lock {:#x}: {}", id, s.to_string());
   const uint64_t waited = static_cast<uint64_t>(comm::now_ns() - t0);
@@ -203,7 +208,8 @@ void LockService::unlock(uint64_t id) {
   if (eager) consistency_.release(protocols::ReleaseKind::kLock);
   Waiter* next = nullptr;
   Grant grant;
-  bool ask = false, leaving = false;
+  bool ask = false, leaving = false, push = false;
+  uint32_t seen = 0;
   Stripe& st = stripe_of(id);
   {
     MutexLock l(st.mu);
@@ -228,19 +234,68 @@ void LockService::unlock(uint64_t id) {
       leaving = true;  // still held, so nothing else grants it: release first, below
     } else if (nl.has_successor) {
       grant = unlock_to_successor(st, id, nl, &ask);
+      seen = nl.pushes_seen;
     } else {
       nl.held = false;
       if (!eager) mark_unreleased(st, nl);
+      // note: the push goes with the next release (on_released), as the token would if it were
+      // asked for: pushes add no release of their own.
+      push = !nl.push_pending && may_push(st, id, nl);
+      if (push) nl.push_pending = true;
     }
   }
   if (next != nullptr) complete(next);
   if (leaving) {
     consistency_.release(protocols::ReleaseKind::kLock);
     MutexLock l(st.mu);
-    grant = unlock_to_successor(st, id, st.locks.at(id), &ask);
+    NodeLock& nl = st.locks.at(id);
+    grant = unlock_to_successor(st, id, nl, &ask);
+    seen = nl.pushes_seen;
   }
   if (grant.to != comm::kNoNode) send_grant(std::move(grant));
-  if (ask) send_request(id);
+  if (ask) send_request(id, seen);
+  if (push) {
+    MutexLock l(deferred_mu_);
+    push_candidates_.push_back(id);
+  }
+}
+
+bool LockService::can_push(Stripe& s, uint64_t id, const NodeLock& nl) const {
+  if (nl.last_to == comm::kNoNode || nl.last_from != nl.last_to || nl.has_successor ||
+      !nl.waiters.empty() || !nl.token || nl.held || manager_of(id, nodes_) != me_)
+    return false;
+  // note: this node is the manager, so a request queued after it would show in the tail.
+  auto tail = s.tails.find(id);
+  return tail != s.tails.end() && tail->second == me_;
+}
+
+bool LockService::may_push(Stripe& s, uint64_t id, NodeLock& nl) {
+  // note: only a lock that went to that node and came back from it several times in a row (a
+  // regular alternation, as WATER's per-molecule locks), not one two nodes take at random.
+  if (!policy_.push || nl.alternations < kMinAlternations || !can_push(s, id, nl)) return false;
+  if (nl.push_skips > 0) {
+    --nl.push_skips;  // backing off: a recent push went unused
+    return false;
+  }
+  MutexLock l(peer_vt_mu_);
+  return peer_vt_.contains(nl.last_to);  // the push's notices are those newer than this
+}
+
+LockService::Grant LockService::push_token(Stripe& s, uint64_t id, NodeLock& nl) {
+  const comm::NodeId to = nl.last_to;
+  s.tails[id] = to;
+  ++s.pushes_to[id][to];
+  counters_.pushes.fetch_add(1, std::memory_order_relaxed);
+  nl.has_successor = true;
+  nl.successor = to;
+  {
+    // note: the newest vector time `to` sent in a lock message (may_push: there is one): the
+    // grant then carries few notices it has already.
+    MutexLock l(peer_vt_mu_);
+    nl.successor_vt = peer_vt_.at(to);
+  }
+  nl.successor_pushed = true;
+  return make_grant(s, id, nl);
 }
 
 LockService::Grant LockService::unlock_to_successor(Stripe& s, uint64_t id, NodeLock& nl,
@@ -257,6 +312,7 @@ LockService::Grant LockService::unlock_to_successor(Stripe& s, uint64_t id, Node
 
 void LockService::take_cached(Stripe&, NodeLock& nl) {
   nl.held = true;
+  nl.pushed_in = false;  // a pushed token is used
   if (!nl.has_successor) return;
   ++nl.streak;
   LOOM_CHECK(nl.streak <= policy_.fairness,
@@ -351,11 +407,12 @@ bool LockService::released(Stripe&, const NodeLock& nl) const {
 }
 
 void LockService::on_released(bool on_dispatcher) {
-  std::vector<uint64_t> deferred;
+  std::vector<uint64_t> deferred, candidates;
   {
     MutexLock l(deferred_mu_);
-    if (deferred_.empty()) return;
+    if (deferred_.empty() && push_candidates_.empty()) return;
     deferred.swap(deferred_);
+    candidates.swap(push_candidates_);
   }
   // note: a token deferred meanwhile (hand_over_idle) may be listed twice then; the second
   // visit finds it granted (no token) and drops it.
@@ -375,6 +432,25 @@ void LockService::on_released(bool on_dispatcher) {
     }
     counters_.deferred_grants.fetch_add(1, std::memory_order_relaxed);
     grants.push_back(make_grant(st, id, nl));
+  }
+  // Pushes (unlock): tokens still idle here with nobody asking, their writes released.
+  for (uint64_t id : candidates) {
+    Stripe& st = stripe_of(id);
+    MutexLock l(st.mu);
+    auto it = st.locks.find(id);
+    if (it == st.locks.end()) continue;
+    NodeLock& nl = it->second;
+    if (!can_push(st, id, nl)) {
+      nl.push_pending = false;
+      continue;
+    }
+    if (!released(st, nl)) {
+      MutexLock dl(deferred_mu_);  // unlocked again after this release began: the next one
+      push_candidates_.push_back(id);
+      continue;
+    }
+    nl.push_pending = false;
+    grants.push_back(push_token(st, id, nl));
   }
   const bool again = !keep.empty();
   if (again) {
@@ -399,7 +475,15 @@ LockService::Grant LockService::make_grant(Stripe&, uint64_t id, NodeLock& nl) {
   g.to = nl.successor;
   ByteWriter w(&g.payload);
   w.u64(id);
+  const bool unused = nl.pushed_in;
+  w.u8(
+      static_cast<uint8_t>((nl.successor_pushed ? kGrantPushed : 0) | (unused ? kGrantUnused : 0)));
   consistency_.write_notices_for(nl.successor_vt, w);
+  if (unused) counters_.pushes_unused.fetch_add(1, std::memory_order_relaxed);
+  nl.pushed_out = nl.successor_pushed;
+  nl.successor_pushed = false;
+  nl.pushed_in = false;
+  nl.last_to = nl.successor;
   nl.token = false;
   nl.unreleased = false;
   nl.streak = 0;
@@ -419,44 +503,70 @@ void LockService::send_grant(Grant g) {
   LOOM_CHECK(s.is_ok(), "sending a lock grant to node {}: {}", g.to, s.to_string());
 }
 
-void LockService::send_request(uint64_t id) {
+void LockService::send_request(uint64_t id, uint32_t seen) {
   VectorTime vt = consistency_.vector_time();
   comm::NodeId mgr = manager_of(id, nodes_);
   if (mgr == me_) {
     // note: this node asks only while it has no token and has not asked (lock(), unlock()).
-    Status s = on_request(id, me_, std::move(vt));
+    Status s = on_request(id, me_, std::move(vt), seen);
     LOOM_CHECK(s.is_ok(), "lock {:#x}: {}", id, s.to_string());
     return;
   }
-  send_queue_msg(mgr, msg::kLockRequest, id, me_, vt);
+  send_queue_msg(mgr, msg::kLockRequest, id, me_, vt, seen);
 }
 
-// lock.request and lock.forward: u64 id, u32 requester, vector time.
+// lock.request and lock.forward: u64 id, u32 requester, vector time; a request then u32 pushes
+// seen.
 void LockService::send_queue_msg(comm::NodeId dst, comm::MsgType type, uint64_t id,
-                                 comm::NodeId requester, const VectorTime& vt) {
+                                 comm::NodeId requester, const VectorTime& vt, uint32_t seen) {
   std::vector<std::byte> payload;
   ByteWriter w(&payload);
   w.u64(id);
   w.u32(requester);
   protocols::hlrc::write_vt(w, vt);
+  if (type == msg::kLockRequest) w.u32(seen);
   Status s = comm_.send(dst, type, payload);
   LOOM_CHECK(s.is_ok(), "sending {} for lock {:#x} to node {}: {}", comm_.registry().name_of(type),
              id, dst, s.to_string());
 }
 
-Status LockService::on_request(uint64_t id, comm::NodeId requester, VectorTime vt) {
+void LockService::learn_vt(comm::NodeId node, const VectorTime& vt) {
+  if (!policy_.push || node == me_) return;
+  MutexLock l(peer_vt_mu_);
+  VectorTime& known = peer_vt_[node];
+  if (known.size() < vt.size()) known.resize(vt.size(), 0);
+  for (size_t i = 0; i < vt.size(); ++i) known[i] = std::max(known[i], vt[i]);
+}
+
+Status LockService::on_request(uint64_t id, comm::NodeId requester, VectorTime vt, uint32_t seen) {
+  learn_vt(requester, vt);
   comm::NodeId prev;
+  bool overtaken = false;
   {
     Stripe& st = stripe_of(id);
     MutexLock l(st.mu);
     ensure_managed(st, id);
-    prev = st.tails[id];
-    // note: the tail asks again only if it asked twice (a node asks while it has neither the
-    // token nor a request on its way), so the request is refused before the queue changes.
-    if (prev == requester)
-      return Status::malformed(
-          fmt::format("lock {:#x}: node {} asked twice for the token", id, requester));
-    st.tails[id] = requester;
+    uint32_t pushed = 0;
+    if (auto p = st.pushes_to.find(id); p != st.pushes_to.end())
+      if (auto n = p->second.find(requester); n != p->second.end()) pushed = n->second;
+    if (seen > pushed)
+      return Status::malformed(fmt::format(
+          "lock {:#x}: node {} saw {} pushes of the token, {} sent", id, requester, seen, pushed));
+    // A request sent before a push to its node reached it: the push answers it.
+    overtaken = seen < pushed;
+    if (!overtaken) {
+      prev = st.tails[id];
+      // note: the tail asks again only if it asked twice (a node asks while it has neither the
+      // token nor a request on its way), so the request is refused before the queue changes.
+      if (prev == requester)
+        return Status::malformed(
+            fmt::format("lock {:#x}: node {} asked twice for the token", id, requester));
+      st.tails[id] = requester;
+    }
+  }
+  if (overtaken) {
+    counters_.requests_dropped.fetch_add(1, std::memory_order_relaxed);
+    return Status::ok();
   }
   if (prev == me_) {
     // note: a forward to this node, which handled every earlier one: a second successor here
@@ -470,6 +580,7 @@ Status LockService::on_request(uint64_t id, comm::NodeId requester, VectorTime v
 }
 
 Status LockService::on_forward(uint64_t id, comm::NodeId requester, VectorTime vt) {
+  learn_vt(requester, vt);
   Grant grant;
   bool release = false;
   {
@@ -499,23 +610,58 @@ Status LockService::on_forward(uint64_t id, comm::NodeId requester, VectorTime v
 Status LockService::on_grant(comm::Incoming& in) {
   ByteReader r(in.payload());
   uint64_t id;
+  uint8_t flags;
   if (!r.u64(&id) || !has_tag(id, kLockTag)) return Status::malformed("lock grant: bad id");
+  if (!r.u8(&flags) || (flags & ~(kGrantPushed | kGrantUnused)) != 0)
+    return Status::malformed(fmt::format("lock grant for {:#x}: bad flags", id));
   // Store the notices before anyone can run with the lock.
   if (Status s = consistency_.store_notices(r); !s) return s;
   if (r.left() != 0) return Status::malformed("lock grant: trailing bytes");
-  Waiter* w;
+  Waiter* w = nullptr;
+  Grant grant;
+  bool release = false;
   {
     Stripe& st = stripe_of(id);
     MutexLock l(st.mu);
     NodeLock& nl = node_lock(st, id);
-    if (nl.token || !nl.requested || nl.waiters.empty())
+    const bool pushed = (flags & kGrantPushed) != 0;
+    const bool asked = nl.requested && !nl.waiters.empty();
+    if (nl.token || (!asked && !pushed))
       return Status::malformed(
           fmt::format("lock grant for {:#x}, which node {} did not ask for", id, me_));
     nl.token = true;
-    nl.requested = false;
-    nl.held = true;
-    w = nl.waiters.front();
-    nl.waiters.pop_front();
+    nl.alternations = in.src() == nl.last_to ? nl.alternations + 1 : 0;
+    nl.last_from = in.src();
+    // Pushing's backoff (at the node that pushed): grows when its push went unused.
+    if ((flags & kGrantUnused) != 0) {
+      nl.alternations = 0;
+      nl.push_backoff = std::min(2 * nl.push_backoff + 1, kMaxPushBackoff);
+      nl.push_skips = nl.push_backoff;
+    } else if (nl.pushed_out) {
+      nl.push_backoff = 0;
+    }
+    nl.pushed_out = false;
+    if (pushed) {
+      ++nl.pushes_seen;
+      counters_.pushes_received.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (!asked) {
+      nl.pushed_in = true;  // cached here for a thread of this node to take
+      // A request that overtook the push made a successor here already: the token goes on.
+      if (nl.has_successor) release = hand_over_idle(st, id, nl, &grant);
+    } else {
+      // note: a push answers a request of ours too; the manager drops that request (`seen`).
+      nl.requested = false;
+      nl.held = true;
+      w = nl.waiters.front();
+      nl.waiters.pop_front();
+    }
+  }
+  if (w == nullptr) {
+    if (grant.to != comm::kNoNode) send_grant(std::move(grant));
+    if (release && consistency_.try_release_from_handler())
+      counters_.handler_releases.fetch_add(1, std::memory_order_relaxed);
+    return Status::ok();
   }
   counters_.remote_acquires.fetch_add(1, std::memory_order_relaxed);
   complete(w);

@@ -20,6 +20,16 @@
 // until a kept token is taken again. Details and measurements: docs/protocols/hlrc.md,
 // "Locks".
 //
+// Pushing the token (LockPolicy::push): a lock that goes back and forth between two nodes (WATER's
+// per-molecule locks: this node, then that one, then this one) costs the other node a request
+// and a wait for this node's server thread at every acquire. So the lock's manager, at an unlock
+// that leaves the token idle with nobody asking, sends it ahead to the node it came from if that
+// node also took it last time: it enqueues that node as if it had asked (the manager knows that
+// no request is queued after its own) and grants the token with a `pushed` flag. The node takes
+// it as a cached token; a request it sent before the push arrived is dropped as one from the
+// queue's tail. A pushed token that leaves its node unused says so in its grant (`unused`), and
+// the manager then passes up a growing number of chances to push that lock.
+//
 // Releases happen when they matter (docs/protocols/hlrc.md, "Lazy releases"): the threads of a
 // node share its memory, so an unlock that hands the lock to a thread of the same node, or leaves
 // the token idle here (also a kept one), does not release. The release happens when the token
@@ -70,10 +80,14 @@ struct LockCounters {
       wait_ns{0}, lazy_unlocks{0},  // unlocks that did not release (the token stayed on the node)
       handler_releases{0},          // grants of an idle token that released in the handler first
       deferred_grants{0},           // grants that waited for a release running on another thread
-      kept_unlocks{0},     // unlocks that kept the token idle here while a successor waited
-      kept_reacquires{0},  // acquisitions of a kept token
-      keeps_timed_out{0},  // keep windows whose time ran out
-      max_wait_ns{0};      // the longest wait of a lock() for the token (a remote acquire)
+      kept_unlocks{0},      // unlocks that kept the token idle here while a successor waited
+      kept_reacquires{0},   // acquisitions of a kept token
+      keeps_timed_out{0},   // keep windows whose time ran out
+      pushes{0},            // tokens this node pushed at an unlock (LockPolicy::push)
+      pushes_received{0},   // pushed tokens that arrived here without a request
+      pushes_unused{0},     // pushed tokens that left this node without a thread taking them
+      requests_dropped{0},  // (manager) requests from the queue's tail: a push answered them
+      max_wait_ns{0};       // the longest wait of a lock() for the token (a remote acquire)
 };
 
 // The choices between fairness and throughput (the header's comment, above).
@@ -86,6 +100,9 @@ struct LockPolicy {
   int64_t keep_ns = 0;
   // LOOM_LAZY_RELEASE: release when the token leaves the node (above); false: at every unlock.
   bool lazy = true;
+  // LOOM_LOCK_PUSH: the manager pushes a lock's token to the node that takes it in turn with
+  // this one (above).
+  bool push = false;
 };
 
 class LockService {
@@ -114,6 +131,12 @@ class LockService {
   enum class Keep : uint8_t { kNone, kOpen, kOver };
   static constexpr int64_t kNever = INT64_MIN;
   static constexpr uint32_t kMaxKeepBackoff = 1023;
+  static constexpr uint32_t kMaxPushBackoff = 1023;
+  static constexpr uint32_t kMinAlternations = 3;
+  // lock.grant flags: the token was pushed (not asked for); it had come here by a push and
+  // leaves unused.
+  static constexpr uint8_t kGrantPushed = 1;
+  static constexpr uint8_t kGrantUnused = 2;
   struct NodeLock {
     bool token = false;      // the token is at this node
     bool held = false;       // a thread of this node holds the lock
@@ -146,6 +169,22 @@ class LockService {
     // release_needed).
     bool unreleased = false;
     uint64_t release_needed = 0;
+    // Pushing (LockPolicy::push): where the token came from last, where it went last, whether
+    // the successor is a push, whether the token here came by a push and no thread took it yet,
+    // whether this node's last grant was a push, and the backoff after pushes that went unused.
+    comm::NodeId last_from = comm::kNoNode;
+    comm::NodeId last_to = comm::kNoNode;
+    bool successor_pushed = false;
+    bool push_pending = false;  // listed in push_candidates_
+    bool pushed_in = false;
+    bool pushed_out = false;
+    // Pushed grants of this lock received here; a request carries the count, so that the manager
+    // can drop a request that a push overtook (it answered it).
+    uint32_t pushes_seen = 0;
+    uint32_t push_backoff = 0;
+    uint32_t push_skips = 0;
+    // Tokens in a row that came back from the node they went to (the alternation pushes want).
+    uint32_t alternations = 0;
   };
   struct Grant {
     comm::NodeId to = comm::kNoNode;
@@ -160,21 +199,37 @@ class LockService {
     Mutex mu;
     std::unordered_map<uint64_t, NodeLock> locks GUARDED_BY(mu);
     std::unordered_map<uint64_t, comm::NodeId> tails GUARDED_BY(mu);  // managed locks
+    // Managed locks: how many times their token was pushed to each node.
+    std::unordered_map<uint64_t, std::unordered_map<comm::NodeId, uint32_t>> pushes_to
+        GUARDED_BY(mu);
   };
   static constexpr size_t kStripes = 64;
   Stripe& stripe_of(uint64_t id);
 
   NodeLock& node_lock(Stripe& s, uint64_t id) REQUIRES(s.mu);
   void ensure_managed(Stripe& s, uint64_t id) REQUIRES(s.mu);
-  void send_request(uint64_t id);
+  // `seen`: the lock's NodeLock::pushes_seen when the request was decided.
+  void send_request(uint64_t id, uint32_t seen);
   void send_queue_msg(comm::NodeId dst, comm::MsgType type, uint64_t id, comm::NodeId requester,
-                      const protocols::VectorTime& vt);
-  // The manager: `requester` asks for the token. kMalformed if it is the queue's tail already
-  // (it asked twice); nothing changes then.
-  Status on_request(uint64_t id, comm::NodeId requester, protocols::VectorTime vt);
+                      const protocols::VectorTime& vt, uint32_t seen = 0);
+  // The manager: `requester` asks for the token, having seen `seen` pushes of it. A request
+  // that a push overtook (fewer seen than sent) is dropped; kMalformed if it is the queue's tail
+  // already (it asked twice) or saw more pushes than were sent; nothing changes then.
+  Status on_request(uint64_t id, comm::NodeId requester, protocols::VectorTime vt, uint32_t seen);
   // The queue's previous tail: `requester` is its successor. kMalformed if it has one already;
   // nothing changes then.
   Status on_forward(uint64_t id, comm::NodeId requester, protocols::VectorTime vt);
+  // Pushing: `node` sent `vt` (its vector time then) in a lock message.
+  void learn_vt(comm::NodeId node, const protocols::VectorTime& vt);
+
+  // Whether this node (the manager) could push the idle token to the node it alternates with:
+  // nobody asks for it and nobody is queued after this node.
+  bool can_push(Stripe& s, uint64_t id, const NodeLock& nl) const REQUIRES(s.mu);
+  // An unlock that leaves the token idle here: whether to push it at the next release (the
+  // policy, and the backoff after unused pushes).
+  bool may_push(Stripe& s, uint64_t id, NodeLock& nl) REQUIRES(s.mu);
+  // Enqueues the node the token alternates with and grants it the token (released).
+  Grant push_token(Stripe& s, uint64_t id, NodeLock& nl) REQUIRES(s.mu);
   Status on_grant(comm::Incoming& in);
   Grant make_grant(Stripe& s, uint64_t id, NodeLock& nl) REQUIRES(s.mu);
   // The unlock of a released lock whose successor gets the token: frees it, makes the grant, and
@@ -212,6 +267,12 @@ class LockService {
   // stripe's mutex, and no other mutex under it.
   Mutex deferred_mu_;
   std::vector<uint64_t> deferred_ GUARDED_BY(deferred_mu_);
+  // Idle tokens to push at the next release (unlock, LockPolicy::push).
+  std::vector<uint64_t> push_candidates_ GUARDED_BY(deferred_mu_);
+  // Pushing: per node, the newest vector time it sent in a lock request (a lower bound of its
+  // vector time now), for the notices of a push to it. A leaf mutex.
+  Mutex peer_vt_mu_;
+  std::unordered_map<comm::NodeId, protocols::VectorTime> peer_vt_ GUARDED_BY(peer_vt_mu_);
 };
 
 }  // namespace loom::sync

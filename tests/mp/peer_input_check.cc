@@ -131,6 +131,7 @@ int main(int argc, char** argv) {
     w.u64(l);
     w.u32(1);
     hl::write_vt(w, hl::VectorTime(rt().size(), 0));
+    w.u32(0);  // pushes seen
     send(0, sync::msg::kLockRequest, req, false);
   } else if (kind == "object_unknown" && me() == 1) {
     const int64_t one = 1;

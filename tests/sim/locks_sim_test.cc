@@ -149,5 +149,47 @@ TEST(LockPolicyTest, KeptTokenIsHandedOverByItsTimer) {
   EXPECT_GT(timed_out, 0u);
 }
 
+// Pushing the token (LockPolicy::push, sync/locks.h): the nodes take turns with a lock that node
+// 0 manages, a barrier between turns, each turn adding one to a counter under the lock. Once the
+// lock has gone to node 1 and come back three times, node 0's unlocks push the token to node 1
+// with the barrier's release, so node 1's turns find it cached: node 1 asks for it only in its
+// first turns. Node 1 (not the manager) never pushes, so node 0 keeps asking. Without pushes
+// node 1 asks every turn. Every turn sees the counter at its number either way.
+uint64_t node1_remote_acquires(bool push) {
+  constexpr uint32_t kTurns = 40;
+  uint32_t k = 0;
+  while (sync::manager_of(lock_id(k), 2) != 0) ++k;
+  const uint64_t l = lock_id(k);
+  Options o;
+  o.nodes = 2;
+  o.lock_push = push;
+  Simulation sim(o);
+  auto counter = std::make_shared<uint64_t>(0);
+  for (uint32_t n = 0; n < 2; ++n) {
+    sim.spawn(n, [n, l, counter](Thread& t) {
+      if (n == 0) *counter = t.alloc(4096, memory::Placement::kNode, 0);
+      t.barrier(barrier_id(0), 2);
+      for (uint32_t turn = 0; turn < kTurns; ++turn) {
+        if (turn % 2 == n) {
+          t.lock(l);
+          EXPECT_EQ(t.read(*counter), turn) << "node " << n << ", turn " << turn;
+          t.write(*counter, turn + 1);
+          t.unlock(l);
+        }
+        t.barrier(barrier_id(0), 2);
+      }
+    });
+  }
+  Status st = sim.run();
+  EXPECT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_EQ(sim.lock_counters(1).pushes_received.load(), push ? kTurns / 2 - 3 : 0);
+  return sim.lock_counters(1).remote_acquires.load();
+}
+
+TEST(LockPush, AlternatingLockIsPushedToTheOtherNode) {
+  EXPECT_EQ(node1_remote_acquires(false), 20u);
+  EXPECT_LE(node1_remote_acquires(true), 4u);
+}
+
 }  // namespace
 }  // namespace loom::sim

@@ -206,11 +206,50 @@ TEST(PeerInputDeathTest, LockRequestedTwice) {
           w.u64(l);
           w.u32(1);
           hl::write_vt(w, {0, 0});
+          w.u32(0);  // pushes seen
           t.inject(0, sync::msg::kLockRequest, req);
         });
       },
       "node 0: bad 'lock.request' message from node 1: malformed: lock " + fmt::format("{:#x}", l) +
           ": node 1 asked twice for the token");
+}
+
+// A request that says its node saw more pushes of the token than the manager sent
+// (sync/locks.h, pushing the token).
+TEST(PeerInputDeathTest, LockRequestSeeingPushesNeverSent) {
+  const uint64_t l = managed_by_node0(lock_id);
+  expect_stop(
+      [l](Simulation& sim) {
+        sim.spawn(0, [](Thread&) {});
+        sim.spawn(1, [l](Thread& t) {
+          std::vector<std::byte> req;
+          hl::ByteWriter w(&req);
+          w.u64(l);
+          w.u32(1);
+          hl::write_vt(w, {0, 0});
+          w.u32(5);  // pushes seen
+          t.inject(0, sync::msg::kLockRequest, req);
+        });
+      },
+      "node 0: bad 'lock.request' message from node 1: malformed: lock " + fmt::format("{:#x}", l) +
+          ": node 1 saw 5 pushes of the token, 0 sent");
+}
+
+TEST(PeerInputDeathTest, LockGrantWithUnknownFlags) {
+  const uint64_t l = managed_by_node0(lock_id);
+  expect_stop(
+      [l](Simulation& sim) {
+        sim.spawn(0, [](Thread&) {});
+        sim.spawn(1, [l](Thread& t) {
+          std::vector<std::byte> grant;
+          hl::ByteWriter w(&grant);
+          w.u64(l);
+          w.u8(0x80);
+          t.inject(0, sync::msg::kLockGrant, grant);
+        });
+      },
+      "node 0: bad 'lock.grant' message from node 1: malformed: lock grant for " +
+          fmt::format("{:#x}", l) + ": bad flags");
 }
 
 TEST(PeerInputDeathTest, LockRequestForAnotherNode) {
@@ -224,6 +263,7 @@ TEST(PeerInputDeathTest, LockRequestForAnotherNode) {
           w.u64(l);
           w.u32(0);  // node 1 asks in node 0's name
           hl::write_vt(w, {0, 0});
+          w.u32(0);  // pushes seen
           t.inject(0, sync::msg::kLockRequest, req);
         });
       },

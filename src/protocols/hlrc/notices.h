@@ -62,6 +62,7 @@ struct IntervalStamp {
 class ByteWriter {
  public:
   explicit ByteWriter(std::vector<std::byte>* out) : out_(out) {}
+  void u8(uint8_t v) { put(&v, sizeof v); }
   void u32(uint32_t v) { put(&v, sizeof v); }
   void u64(uint64_t v) { put(&v, sizeof v); }
   void bytes(std::span<const std::byte> b) { out_->insert(out_->end(), b.begin(), b.end()); }
@@ -77,6 +78,7 @@ class ByteWriter {
 class ByteReader {
  public:
   explicit ByteReader(std::span<const std::byte> in) : in_(in) {}
+  bool u8(uint8_t* v) { return get(v, sizeof *v); }
   bool u32(uint32_t* v) { return get(v, sizeof *v); }
   bool u64(uint64_t* v) { return get(v, sizeof *v); }
   bool bytes(size_t n, std::span<const std::byte>* out);
