@@ -59,6 +59,18 @@ uint64_t managed_by_node0(Id id) {
     if (sync::manager_of(id(k), 2) == 0) return id(k);
 }
 
+// lock.request (sync/locks.cc) of lock `l` for `requester`, with zero vector times, having seen
+// `seen` pushes of its token.
+std::vector<std::byte> lock_request(uint64_t l, uint32_t requester, uint32_t seen) {
+  std::vector<std::byte> out;
+  hl::ByteWriter w(&out);
+  w.u64(l);
+  w.u32(requester);
+  hl::write_vt(w, {0, 0});
+  w.u32(seen);
+  return out;
+}
+
 // barrier.arrive (sync/barriers.cc): a request with no solicitation, zero vector times, no
 // notices, no mail.
 std::vector<std::byte> arrival(uint64_t id, uint32_t count, uint64_t episode) {
@@ -201,13 +213,7 @@ TEST(PeerInputDeathTest, LockRequestedTwice) {
         sim.spawn(0, [](Thread&) {});
         sim.spawn(1, [l](Thread& t) {
           t.lock(l);  // node 1 holds the token and is the queue's tail
-          std::vector<std::byte> req;
-          hl::ByteWriter w(&req);
-          w.u64(l);
-          w.u32(1);
-          hl::write_vt(w, {0, 0});
-          w.u32(0);  // pushes seen
-          t.inject(0, sync::msg::kLockRequest, req);
+          t.inject(0, sync::msg::kLockRequest, lock_request(l, 1, 0));
         });
       },
       "node 0: bad 'lock.request' message from node 1: malformed: lock " + fmt::format("{:#x}", l) +
@@ -221,15 +227,8 @@ TEST(PeerInputDeathTest, LockRequestSeeingPushesNeverSent) {
   expect_stop(
       [l](Simulation& sim) {
         sim.spawn(0, [](Thread&) {});
-        sim.spawn(1, [l](Thread& t) {
-          std::vector<std::byte> req;
-          hl::ByteWriter w(&req);
-          w.u64(l);
-          w.u32(1);
-          hl::write_vt(w, {0, 0});
-          w.u32(5);  // pushes seen
-          t.inject(0, sync::msg::kLockRequest, req);
-        });
+        sim.spawn(1,
+                  [l](Thread& t) { t.inject(0, sync::msg::kLockRequest, lock_request(l, 1, 5)); });
       },
       "node 0: bad 'lock.request' message from node 1: malformed: lock " + fmt::format("{:#x}", l) +
           ": node 1 saw 5 pushes of the token, 0 sent");
@@ -258,13 +257,8 @@ TEST(PeerInputDeathTest, LockRequestForAnotherNode) {
       [l](Simulation& sim) {
         sim.spawn(0, [](Thread&) {});
         sim.spawn(1, [l](Thread& t) {
-          std::vector<std::byte> req;
-          hl::ByteWriter w(&req);
-          w.u64(l);
-          w.u32(0);  // node 1 asks in node 0's name
-          hl::write_vt(w, {0, 0});
-          w.u32(0);  // pushes seen
-          t.inject(0, sync::msg::kLockRequest, req);
+          // node 1 asks in node 0's name
+          t.inject(0, sync::msg::kLockRequest, lock_request(l, 0, 0));
         });
       },
       "bad 'lock.request' message from node 1: malformed: lock " + fmt::format("{:#x}", l) +
