@@ -20,15 +20,17 @@
 // until a kept token is taken again. Details and measurements: docs/protocols/hlrc.md,
 // "Locks".
 //
-// Pushing the token (LockPolicy::push): a lock that goes back and forth between two nodes (WATER's
-// per-molecule locks: this node, then that one, then this one) costs the other node a request
-// and a wait for this node's server thread at every acquire. So the lock's manager, at an unlock
-// that leaves the token idle with nobody asking, sends it ahead to the node it came from if that
-// node also took it last time: it enqueues that node as if it had asked (the manager knows that
-// no request is queued after its own) and grants the token with a `pushed` flag. The node takes
-// it as a cached token; a request it sent before the push arrived is dropped as one from the
-// queue's tail. A pushed token that leaves its node unused says so in its grant (`unused`), and
-// the manager then passes up a growing number of chances to push that lock.
+// Pushing the token (LockPolicy::push, off by default): a lock that goes back and forth between
+// two nodes (WATER's per-molecule locks: this node, then that one, then this one) costs the other
+// node a request and a wait for this node's server thread at every acquire. So the lock's
+// manager, at an unlock that leaves the token idle with nobody asking, lists it for a push if the
+// token went to one node and came back from it kMinAlternations times in a row; with its next
+// release (whatever starts it: pushes add none) it enqueues that node as if it had asked (the
+// manager knows that no request is queued after its own) and grants the token with a `pushed`
+// flag. The node keeps it as a cached token. A request it sent before the push arrived carries
+// the number of pushes it had seen, and the manager drops it (the push answers it). A pushed token
+// that leaves its node unused says so in its grant (`unused`), and the manager then passes up a
+// growing number of chances to push that lock.
 //
 // Releases happen when they matter (docs/protocols/hlrc.md, "Lazy releases"): the threads of a
 // node share its memory, so an unlock that hands the lock to a thread of the same node, or leaves
@@ -83,10 +85,10 @@ struct LockCounters {
       kept_unlocks{0},      // unlocks that kept the token idle here while a successor waited
       kept_reacquires{0},   // acquisitions of a kept token
       keeps_timed_out{0},   // keep windows whose time ran out
-      pushes{0},            // tokens this node pushed at an unlock (LockPolicy::push)
+      pushes{0},            // tokens this node pushed (LockPolicy::push)
       pushes_received{0},   // pushed tokens that arrived here without a request
       pushes_unused{0},     // pushed tokens that left this node without a thread taking them
-      requests_dropped{0},  // (manager) requests from the queue's tail: a push answered them
+      requests_dropped{0},  // (manager) requests a push overtook (it answered them)
       max_wait_ns{0};       // the longest wait of a lock() for the token (a remote acquire)
 };
 
