@@ -186,6 +186,39 @@ uint64_t node1_remote_acquires(bool push) {
   return sim.lock_counters(1).remote_acquires.load();
 }
 
+// An unused push stops the pushing: the nodes take turns for kTurns turns (pushes start), then
+// node 1 stops taking the lock and node 0 takes it alone for as many turns. The first push after
+// that goes unused; node 1's grant back says so, and node 0 pushes no more (before the unused
+// flag, the lock still looked alternating and every one of node 0's turns pushed it away and
+// asked for it back).
+TEST(LockPush, AnUnusedPushStopsThePushing) {
+  constexpr uint32_t kTurns = 20;
+  uint32_t k = 0;
+  while (sync::manager_of(lock_id(k), 2) != 0) ++k;
+  const uint64_t l = lock_id(k);
+  Options o;
+  o.nodes = 2;
+  o.lock_push = true;
+  Simulation sim(o);
+  for (uint32_t n = 0; n < 2; ++n) {
+    sim.spawn(n, [n, l](Thread& t) {
+      for (uint32_t turn = 0; turn < 2 * kTurns; ++turn) {
+        const bool mine = turn < kTurns ? turn % 2 == n : n == 0;
+        if (mine) {
+          t.lock(l);
+          t.unlock(l);
+        }
+        t.barrier(barrier_id(0), 2);
+      }
+    });
+  }
+  Status st = sim.run();
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  EXPECT_EQ(sim.lock_counters(1).pushes_unused.load(), 1u);
+  // Pushes while the nodes alternated (kTurns / 2 - 3), and the one unused.
+  EXPECT_EQ(sim.lock_counters(0).pushes.load(), kTurns / 2 - 3 + 1);
+}
+
 TEST(LockPush, AlternatingLockIsPushedToTheOtherNode) {
   EXPECT_EQ(node1_remote_acquires(false), 20u);
   EXPECT_LE(node1_remote_acquires(true), 4u);
