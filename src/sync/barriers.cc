@@ -155,6 +155,15 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
         comm_.fail_bad_reply(
             mgr, msg::kBarrierArrive,
             Status(rs.code(), fmt::format("barrier {:#x}: release: {}", id, rs.message())));
+    } else if (alone_at(id, episode, &w)) {
+      // note: the manager answers once every arrival is in, and each thread of this node joins
+      // the waiters before it sends its own: another arrival of this episode would be there.
+      comm_.fail_bad_reply(
+          mgr, msg::kBarrierArrive,
+          Status::malformed(fmt::format(
+              "barrier {:#x}: an empty answer (another arrival of this node gets the release), "
+              "but this node has no other arrival at episode {}",
+              id, episode)));
     }
   }
   const Status& s = comm_.wait(w.done);
@@ -165,6 +174,12 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
     consistency_.collect();
     counters_.collections.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+bool BarrierService::alone_at(uint64_t id, uint64_t episode, const Waiter* w) {
+  MutexLock l(mu_);
+  const NodeBarrier& nb = bars_[id];
+  return nb.episode == episode && nb.waiters.size() == 1 && nb.waiters.front() == w;
 }
 
 void BarrierService::set_stranded_handler(

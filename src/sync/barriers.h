@@ -148,6 +148,9 @@ class BarrierService {
   };
   std::optional<Stranded> stranded_locked(uint64_t id, uint64_t episode) const REQUIRES(mu_);
   void report_stranded(const std::vector<Stranded>& found);
+  // Whether `w` is this node's only waiter at barrier `id` and the release of `episode` has not
+  // come: an empty answer to its arrival then names an arrival that does not exist.
+  bool alone_at(uint64_t id, uint64_t episode, const Waiter* w) EXCLUDES(mu_);
 
   mutable Mutex mu_;
   std::unordered_map<uint64_t, NodeBarrier> bars_ GUARDED_BY(mu_);

@@ -338,6 +338,26 @@ TEST(PeerInputDeathTest, BarrierReleaseOfAnotherEpisode) {
       o);
 }
 
+// Found by the handlers fuzz target: an empty answer to an arrival (as if another arrival of
+// the node got the release) left node 1's only waiter waiting forever.
+TEST(PeerInputDeathTest, EmptyBarrierAnswerWithNoOtherArrival) {
+  const uint64_t b = managed_by_node0(barrier_id);
+  Options o;
+  o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
+    if (h.is_reply() && h.type == sync::msg::kBarrierArrive && dst == 1) *payload = comm::Buffer();
+  };
+  expect_stop(
+      [b](Simulation& sim) {
+        sim.spawn(0, [b](Thread& t) { t.barrier(b, 2); });
+        sim.spawn(1, [b](Thread& t) { t.barrier(b, 2); });
+      },
+      "node 1: bad 'barrier.arrive' reply from node 0: malformed: barrier " +
+          fmt::format("{:#x}", b) +
+          ": an empty answer (another arrival of this node gets the release), but this node has "
+          "no other arrival at episode 0",
+      o);
+}
+
 TEST(PeerInputDeathTest, PageReplyOfAnUnknownKind) {
   auto a = std::make_shared<uint64_t>(0);
   Options o;
