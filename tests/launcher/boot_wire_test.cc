@@ -2,12 +2,15 @@
 // are Status::malformed, never a crash or a huge allocation.
 #include "comm/bootstrap/boot_wire.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 namespace loom::comm::boot {
 namespace {
+
+using ::testing::HasSubstr;
 
 // Feeds `bytes` to a reader and returns the single frame it must produce.
 Frame one_frame(const std::string& bytes) {
@@ -211,6 +214,38 @@ TEST(BootWireTest, RandomTokensAreHexAndDiffer) {
   EXPECT_EQ(a->size(), 32u);
   EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos);
   EXPECT_NE(*a, *b);
+}
+
+TEST(BootWireTest, PmixContributionsRoundTrip) {
+  const std::string data("\0\n|L", 4);
+  const std::string value =
+      encode_pmix_contribution({Step::kShutdownLast, "the last barrier", data});
+  EXPECT_EQ(value, std::string("L4|the last barrier\n") + data);
+  Result<PmixContribution> c = decode_pmix_contribution(value);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->kind, Step::kShutdownLast);
+  EXPECT_EQ(c->what, "the last barrier");
+  EXPECT_EQ(c->data, data);
+  c = decode_pmix_contribution("L0|\n");
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c->what, "");
+  EXPECT_EQ(c->data, "");
+}
+
+TEST(BootWireTest, MalformedPmixContributionsAreRefused) {
+  auto why = [](std::string_view v) { return decode_pmix_contribution(v).status().to_string(); };
+  EXPECT_THAT(why(""), HasSubstr("without its marker"));
+  EXPECT_THAT(why("X0|a\nb"), HasSubstr("without its marker"));
+  // A label without its newline was once taken whole as the data.
+  EXPECT_THAT(why("L0|an application collective"), HasSubstr("without the end of its label"));
+  EXPECT_THAT(why("L0an application collective\n"), HasSubstr("bad label"));
+  EXPECT_THAT(why("L|x\n"), HasSubstr("bad label"));
+  EXPECT_THAT(why("L-1|x\n"), HasSubstr("bad label"));
+  EXPECT_THAT(why("L5|x\n"), HasSubstr("at step 5"));
+  EXPECT_THAT(why("L01|x\n"), HasSubstr("at step 01"));
+  EXPECT_THAT(why("L99999999999|x\n"), HasSubstr("bad label"));
+  EXPECT_THAT(why("L1|" + std::string(kMaxPmixWhat + 1, 'w') + "\n"),
+              HasSubstr("description of 257 bytes"));
 }
 
 }  // namespace

@@ -335,4 +335,41 @@ Result<std::string> random_token() {
   return hex;
 }
 
+std::string encode_pmix_contribution(const PmixContribution& c) {
+  LOOM_CHECK(c.what.find('\n') == std::string::npos && c.what.size() <= kMaxPmixWhat,
+             "a step's description with a newline or over {} bytes: {}", kMaxPmixWhat, c.what);
+  std::string out = fmt::format("L{}|{}\n", static_cast<uint32_t>(c.kind), c.what);
+  out += c.data;
+  return out;
+}
+
+Result<PmixContribution> decode_pmix_contribution(std::string_view value) {
+  if (value.empty() || value[0] != 'L')
+    return Status::malformed("a collective's contribution without its marker");
+  const size_t nl = value.find('\n');
+  if (nl == std::string_view::npos)
+    return Status::malformed("a collective's contribution without the end of its label");
+  const std::string_view label = value.substr(1, nl - 1);
+  const size_t bar = label.find('|');
+  const std::string_view number = label.substr(0, bar);
+  // note: at most 10 digits, so the value fits in 64 bits before the comparison.
+  if (bar == std::string_view::npos || number.empty() || number.size() > 10 ||
+      number.find_first_not_of("0123456789") != std::string_view::npos)
+    return Status::malformed(
+        fmt::format("a collective's contribution with a bad label ({} bytes)", label.size()));
+  uint64_t kind = 0;
+  for (char c : number) kind = kind * 10 + static_cast<uint64_t>(c - '0');
+  if (kind > kMaxStep || (number.size() > 1 && number[0] == '0'))
+    return Status::malformed(fmt::format("a collective's contribution at step {}", number));
+  const std::string_view what = label.substr(bar + 1);
+  if (what.size() > kMaxPmixWhat)
+    return Status::malformed(fmt::format(
+        "a collective's contribution with a step description of {} bytes", what.size()));
+  PmixContribution c;
+  c.kind = static_cast<Step>(kind);
+  c.what = std::string(what);
+  c.data = std::string(value.substr(nl + 1));
+  return c;
+}
+
 }  // namespace loom::comm::boot

@@ -172,6 +172,22 @@ size_t allgather_payload_size(size_t blob_size, size_t what_size = 0);
 size_t allgather_result_payload_size(const std::vector<std::string>& blobs);
 inline bool fits_in_frame(size_t payload_size) { return payload_size <= kMaxPayload; }
 
+// A node's contribution to a collective when PMIx carries the bootstrap (pmix_bootstrap.cc):
+// the value of key `loom.ag.<seq>`, a PMIx byte object,
+//   'L' | <kind as decimal> '|' <what> '\n' | data
+// The one-byte marker keeps an empty contribution a non-empty byte object (PMIx treats empty ones
+// inconsistently across versions); the label lets a node find a peer at another step. `what`
+// holds no newline and at most kMaxPmixWhat bytes.
+inline constexpr size_t kMaxPmixWhat = 256;
+struct PmixContribution {
+  Step kind = Step::kRun;
+  std::string what;
+  std::string data;
+};
+std::string encode_pmix_contribution(const PmixContribution& c);
+// Checks the marker, the label (a known kind, '|', a newline after `what`); the data is any bytes.
+Result<PmixContribution> decode_pmix_contribution(std::string_view value);
+
 // 128 random bits from getrandom(2), as 32 lowercase hex digits.
 Result<std::string> random_token();
 

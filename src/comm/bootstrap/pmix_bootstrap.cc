@@ -28,12 +28,6 @@ PmixBootstrap* g_active GUARDED_BY(g_active_mu) = nullptr;
 
 std::string pmix_error(pmix_status_t rc) { return PMIx_Error_string(rc); }
 
-// The phase of a step, from its number as written in a PMIx contribution.
-std::string step_phase_name(const std::string& number) {
-  uint32_t n = static_cast<uint32_t>(std::strtoul(number.c_str(), nullptr, 10));
-  return n > boot::kMaxStep ? "?" : std::string(boot::step_name(static_cast<boot::Step>(n)));
-}
-
 // Failure events worth stopping the job for. Normal terminations (PMIX_EVENT_JOB_END) are not.
 pmix_status_t kFailureEvents[] = {PMIX_ERR_LOST_CONNECTION,   PMIX_ERR_UNREACH,
                                   PMIX_ERR_PROC_ABORTED,      PMIX_ERR_PROC_ABORTING,
@@ -387,8 +381,7 @@ Result<std::string> PmixBootstrap::get_blob(uint32_t rank, const std::string& ke
     PMIX_VALUE_RELEASE(val);
     return Status::malformed(fmt::format("PMIx key {} of node {} is not a Loom blob", key, rank));
   }
-  // Drop the one-byte marker put() added (see allgather()).
-  std::string blob(val->data.bo.bytes + 1, val->data.bo.size - 1);
+  std::string blob(val->data.bo.bytes, val->data.bo.size);
   PMIX_VALUE_RELEASE(val);
   return blob;
 }
@@ -399,12 +392,9 @@ Result<std::vector<std::string>> PmixBootstrap::allgather(std::string_view mine,
     if (failure_) return *failure_;
   }
   std::string key = fmt::format("loom.ag.{}", next_seq_++);
-  // note: a one-byte marker in front, so an empty contribution is still a non-empty byte object
-  // (PMIx treats zero-sized byte objects inconsistently across versions); then the step, so
-  // that nodes at different steps find out.
-  std::string label = fmt::format("{}|{}", static_cast<uint32_t>(step.kind), step.what);
-  std::string data = "L" + label + "\n";
-  data.append(mine);
+  // The step goes with the data, so that nodes at different steps find out (boot_wire.h).
+  std::string data =
+      boot::encode_pmix_contribution({step.kind, std::string(step.what), std::string(mine)});
   pmix_value_t v;
   PMIX_VALUE_CONSTRUCT(&v);
   v.type = PMIX_BYTE_OBJECT;
@@ -434,21 +424,17 @@ Result<std::vector<std::string>> PmixBootstrap::allgather(std::string_view mine,
     }
     auto blob = get_blob(r, key);
     if (!blob) return blob.status();
-    size_t nl = blob->find('\n');
-    std::string theirs = nl == std::string::npos ? *blob : blob->substr(0, nl);
-    if (theirs != label) {
-      auto kind_of = [](const std::string& l) { return l.substr(0, l.find('|')); };
-      auto what_of = [](const std::string& l) {
-        size_t bar = l.find('|');
-        return bar == std::string::npos ? l : l.substr(bar + 1);
-      };
+    Result<boot::PmixContribution> theirs = boot::decode_pmix_contribution(*blob);
+    if (!theirs)
+      return Status::malformed(
+          fmt::format("PMIx key {} of node {}: {}", key, r, theirs.status().message()));
+    if (theirs->kind != step.kind || theirs->what != step.what)
       return Status::peer_failed(fmt::format(
           "node {} is at {} ({}) while node {} is at {} ({}): every node must take part in the "
           "same collectives",
-          r, what_of(theirs), step_phase_name(kind_of(theirs)), me_.rank, step.what,
+          r, theirs->what, boot::step_name(theirs->kind), me_.rank, step.what,
           boot::step_name(step.kind)));
-    }
-    out[r] = blob->substr(nl + 1);
+    out[r] = std::move(theirs->data);
   }
   return out;
 }
