@@ -415,12 +415,19 @@ void Comm::complete_reply(const WireHeader& h, std::span<const std::byte> payloa
   {
     MutexLock lock(pending_mu_);
     Pending* it = pending_.find(h.request_id);
-    if (it == nullptr) {
-      LOOM_WARN("dropped a reply ({}) from node {} to unknown request {}",
-                registry_.name_of(h.type), h.src, h.request_id);
+    if (it == nullptr && pending_.dropped(h.request_id)) {
+      LOOM_DEBUG("dropped a late reply ({}) from node {} to cancelled request {}",
+                 registry_.name_of(h.type), h.src, h.request_id);
       return;
     }
-    if (it->dst != h.src) {
+    if (it == nullptr) {
+      // note: each request has one reply; one to an id answered before or never issued would
+      // leave nobody waiting for it, and the requester it was meant for waiting forever.
+      misrouted = Status::malformed(
+          fmt::format("node {} answered request {} ({}), which is not pending here (answered "
+                      "before, or never made)",
+                      h.src, h.request_id, registry_.name_of(h.type)));
+    } else if (it->dst != h.src) {
       misrouted = Status::malformed(
           fmt::format("node {} answered request {} that was sent to node {} (type {})", h.src,
                       h.request_id, it->dst, registry_.name_of(h.type)));

@@ -3,7 +3,9 @@
 // A slot array with a free list: insert, find and take are O(1) and allocate nothing once the
 // table has grown to the number of requests in flight. An id packs the slot index and the slot's
 // generation, so a stale or forged id (a late reply, a malformed message) finds nothing instead
-// of another request. Ids are never 0 (0 means "not a request" on the wire).
+// of another request. Ids are never 0 (0 means "not a request" on the wire). For an id that finds
+// nothing, the table tells whether it was dropped unanswered (erase, take_if: a reply may still
+// come) from one that was answered already or never issued (a reply to it is a peer's error).
 //
 // Thread safety: none; the owner locks.
 #pragma once
@@ -52,8 +54,20 @@ class PendingTable {
     Slot* s = slot(id);
     if (s == nullptr) return false;
     s->value = T();
+    s->dropped = s->generation;
     release(*s, static_cast<uint32_t>((id & 0xffffffffu) - 1));
     return true;
+  }
+
+  // Whether `id` (not pending) was dropped by erase or take_if, as the last id of its slot
+  // dropped so: a late reply to it is expected. False for an id answered (taken) or never issued.
+  // note: a slot remembers only its last dropped id, so a reply that comes after its slot was
+  // dropped again counts as unexpected; drops are rare (cancelled solicitations, failed peers).
+  bool dropped(uint64_t id) const {
+    uint64_t low = id & 0xffffffffu;
+    if (low == 0 || low > slots_.size()) return false;
+    const Slot& s = slots_[low - 1];
+    return s.dropped != 0 && s.dropped == static_cast<uint32_t>(id >> 32);
   }
 
   // Moves every pending value that satisfies `pred` to `out`.
@@ -64,6 +78,7 @@ class PendingTable {
       if (s.used && pred(s.value)) {
         out->push_back(std::move(s.value));
         s.value = T();
+        s.dropped = s.generation;
         release(s, i);
       }
     }
@@ -74,6 +89,7 @@ class PendingTable {
  private:
   struct Slot {
     uint32_t generation = 1;
+    uint32_t dropped = 0;  // the generation last dropped unanswered (0: none)
     bool used = false;
     T value{};
   };

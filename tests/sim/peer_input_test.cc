@@ -358,6 +358,35 @@ TEST(PeerInputDeathTest, EmptyBarrierAnswerWithNoOtherArrival) {
       o);
 }
 
+// Found by the handlers fuzz target: node 1's solicited arrival (a reply) named a request id
+// node 1 never made for the release; node 0 answered it, node 1 dropped that answer as late,
+// and its thread waited forever. A reply to a request that is not pending and was not cancelled
+// is the replying node's error.
+TEST(PeerInputDeathTest, ReleaseAnsweringARequestNeverMade) {
+  const uint64_t b = managed_by_node0(barrier_id);
+  Options o;
+  o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
+    if (h.is_reply() && h.type == sync::msg::kBarrierArrive && dst == 0 && payload->size() >= 8) {
+      const uint64_t answer_to = uint64_t{1} << 41;  // slot 0: no id has it
+      std::memcpy(payload->data(), &answer_to, sizeof answer_to);
+    }
+  };
+  expect_stop(
+      [b](Simulation& sim) {
+        sim.spawn(0, [b](Thread& t) {
+          t.barrier(b, 2);
+          t.barrier(b, 2);
+        });
+        sim.spawn(1, [b](Thread& t) {
+          t.barrier(b, 2);
+          t.barrier(b, 2);  // solicited: the arrival answers node 0's solicitation
+        });
+      },
+      "node 1: node 0 answered request 2199023255552 (barrier.arrive), which is not "
+      "pending here (answered before, or never made)",
+      o);
+}
+
 TEST(PeerInputDeathTest, PageReplyOfAnUnknownKind) {
   auto a = std::make_shared<uint64_t>(0);
   Options o;

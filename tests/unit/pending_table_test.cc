@@ -51,5 +51,26 @@ TEST(PendingTable, TakeIfAndManyIdsUnique) {
   }
 }
 
+TEST(PendingTable, TellsDroppedIdsFromAnsweredAndForgedOnes) {
+  PendingTable<int> t;
+  uint64_t answered = t.insert(1), cancelled = t.insert(2), failed = t.insert(3);
+  t.take(answered);
+  EXPECT_TRUE(t.erase(cancelled));
+  std::vector<int> out;
+  t.take_if([](int v) { return v == 3; }, &out);
+  EXPECT_FALSE(t.dropped(answered)) << "a second reply to an answered request is an error";
+  EXPECT_TRUE(t.dropped(cancelled)) << "a late reply to a cancelled request may come";
+  EXPECT_TRUE(t.dropped(failed));
+  EXPECT_FALSE(t.dropped(0));
+  EXPECT_FALSE(t.dropped(0x0000020000000000ull));  // never issued: slot 0
+  EXPECT_FALSE(t.dropped((cancelled & 0xffffffffu) | (uint64_t{7} << 32)));
+  // The slot is reused and answered: its last dropped id is still known.
+  uint64_t reused = t.insert(4);
+  EXPECT_EQ(reused & 0xffffffffu, failed & 0xffffffffu);
+  t.take(reused);
+  EXPECT_TRUE(t.dropped(failed));
+  EXPECT_FALSE(t.dropped(reused));
+}
+
 }  // namespace
 }  // namespace loom::comm
