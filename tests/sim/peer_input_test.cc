@@ -316,6 +316,37 @@ TEST(PeerInputDeathTest, ObjectCallWithAnArgumentItsOperationRejects) {
        "operation of class loom.semaphore: an argument of 3 bytes, expected 8"});
 }
 
+// Found by the handlers fuzz target: an sc_mrsw read request for a page of another protocol
+// found the page in a state sc_mrsw never leaves it in (a copy with no probable owner), which
+// stopped the node on a broken invariant instead of naming the sender.
+TEST(PeerInputDeathTest, OwnerRequestForAPageOfAnotherProtocol) {
+  auto a = std::make_shared<uint64_t>(0);
+  expect_stop(
+      [a](Simulation& sim) {
+        comm::MsgType read_req = 0;
+        while (sim.comm(0).registry().name_of(read_req) != "sc.read_req") ++read_req;
+        const uint64_t base = sim.region_base();
+        sim.spawn(0, [a, read_req, base](Thread& t) {
+          *a = t.alloc(kPage, memory::Placement::kNode, 0, "hlrc_update");
+          t.write(*a, 1);
+          t.barrier(barrier_id(0), 2);
+          t.barrier(barrier_id(0), 2);
+          struct {
+            uint64_t page;
+            uint32_t requester, pad;
+          } m{(*a - base) / kPage, 0, 0};
+          t.inject(1, read_req, comm::as_bytes_of(m), /*request=*/false);
+        });
+        sim.spawn(1, [a](Thread& t) {
+          t.barrier(barrier_id(0), 2);
+          (void)t.read(*a);  // a copy from the home, node 0
+          t.barrier(barrier_id(0), 2);
+        });
+      },
+      "node 1: bad 'sc.read_req' message from node 0: malformed: read request for page 0, a page "
+      "of another protocol (hlrc_update)");
+}
+
 // Replies, parsed by the application thread that waits for them.
 
 TEST(PeerInputDeathTest, BarrierReleaseOfAnotherEpisode) {
