@@ -118,6 +118,11 @@ const ConfigRow kRows[] = {
      "following pages of the same home with the same request (readahead); an acquire's prefetches "
      "go to each home in batches. 0: one page per request.",
      "", 0, 15},
+    {"FIRST_TOUCH_RUN", ConfigType::kInt, "16",
+     "hlrc, on a job of one node: a first touch of a page also opens the untouched pages of its "
+     "allocation after it, up to this many pages in all: one trap per run. (With other nodes "
+     "first touch places each page at its own first toucher.) 1: one page per trap.",
+     "", 1, 256},
     {"HOME_MIGRATION", ConfigType::kInt, "2",
      "hlrc: a home that applies this many diffs in a row from one other node (no other write in "
      "between) offers that node the page's home. 0: homes never move.",

@@ -93,6 +93,13 @@ class Heap {
   // The page's home: from the page table if known, else asked of the owner (may wait).
   // kNotAllocated if the page is not in live shared memory. Application threads.
   int32_t resolve_home(PageId page) { return resolve(page).home; }
+  // A first touch of a run (docs/memory.md, "A first touch opens a run"), on a job of one node:
+  // `page` has just become this node's by its first touch; the undecided pages after it, below
+  // `limit`, in its chunk and its first-touch allocation of protocol `protocol`, become this
+  // node's too, as if touched. Returns the end of the run: page + 1 if no page followed (always
+  // with other nodes, where one of them could touch such a page first). The caller opens them.
+  // Application threads.
+  PageId claim_first_touch_run(PageId page, PageId limit, ProtocolId protocol) EXCLUDES(mu_);
   // The page's home and protocol, learned together (and kept in its page-table entry).
   struct Resolved {
     int32_t home;  // kNotAllocated: not live shared memory

@@ -303,6 +303,28 @@ Heap::Resolved Heap::resolve_first_touch(PageId page) {
   return {local.home, local.protocol};
 }
 
+PageId Heap::claim_first_touch_run(PageId page, PageId limit, ProtocolId protocol) {
+  // note: with other nodes, a page of the run could be touched first by one of them, and first
+  // touch would place it there (the checker's first_touch program holds Loom to that).
+  if (nodes_ != 1) return page + 1;
+  const uint64_t chunk = page / kChunkPages;
+  limit = std::min<PageId>(limit, (chunk + 1) * kChunkPages);
+  if (limit <= page + 1 || chunk >= num_chunks_) return page + 1;
+  MutexLock l(mu_);
+  // The undecided pages that follow, in the same first-touch allocation: the owner (the only
+  // node) would give each to itself at its first touch.
+  const std::vector<HomeRun> after = homes_.runs_in(page + 1, limit);
+  const Record* r = find_record(page + 1);
+  if ((!after.empty() && after.front().first == page + 1) || r == nullptr || !first_touch(*r) ||
+      r->protocol != protocol)
+    return page + 1;
+  const PageId end =
+      std::min<PageId>(after.empty() ? limit : after.front().first, r->first + r->pages);
+  Status s = set_home_locked(page + 1, end, static_cast<int32_t>(me_), protocol, true);
+  LOOM_CHECK(s.is_ok(), "first touch of pages [{}, {}): {}", page + 1, end, s.to_string());
+  return end;
+}
+
 Heap::Resolved Heap::ask_owner(PageId page, int32_t owner) {
   if (owner < 0) return {kNotAllocated, kProtocolUnknown};
   home_queries_.fetch_add(1, std::memory_order_relaxed);

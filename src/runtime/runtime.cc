@@ -387,6 +387,7 @@ void Runtime::start_memory() {
   hopts.migrate_after = static_cast<uint32_t>(config_.get_int("HOME_MIGRATION"));
   hopts.push_pages = static_cast<uint32_t>(config_.get_int("PUSH_PAGES"));
   hopts.fetch_ahead = static_cast<uint32_t>(config_.get_int("FETCH_AHEAD"));
+  hopts.first_touch_run = static_cast<uint32_t>(config_.get_int("FIRST_TOUCH_RUN"));
   hopts.stall_report_ms = config_.get_int("STALL_REPORT_MS");
   hopts.causal_fetch = config_.get_bool("CAUSAL_FETCH");
   hlrc_ = std::make_unique<protocols::hlrc::Hlrc>(*comm_, *space_, *table_, *heap_, hopts);
@@ -437,6 +438,7 @@ nlohmann::json Runtime::dsm_json() const {
   j["read_faults"] = v(c.read_faults);
   j["write_faults"] = v(c.write_faults);
   j["refaults"] = v(c.refaults);
+  j["first_touch_run_pages"] = v(c.first_touch_run_pages);
   j["pages_fetched"] = v(c.pages_fetched);
   j["fetch_retries"] = v(c.fetch_retries);
   j["twins"] = v(c.twins);

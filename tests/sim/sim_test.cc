@@ -90,6 +90,37 @@ TEST(SimTest, FirstTouchAsksFewQuestions) {
   }
 }
 
+// A first touch of a run (docs/memory.md): on a job of one node, the first write of each page of
+// a 100-page allocation opens the untouched pages after it, 16 at a time, and every value written
+// reads back; with runs of 1, every page traps.
+TEST(SimTest, AFirstTouchOpensARunOnOneNode) {
+  for (uint32_t run : {1u, 16u}) {
+    Options o;
+    o.nodes = 1;
+    o.hlrc.first_touch_run = run;
+    Simulation sim(o);
+    sim.spawn(0, [](Thread& t) {
+      const uint64_t a = t.alloc(100 * kPage, memory::Placement::kFirstTouch, 0);
+      for (uint64_t p = 0; p < 100; ++p) t.write(a + p * kPage + 8, p + 1);
+      for (uint64_t p = 0; p < 100; ++p)
+        if (t.read(a + p * kPage + 8) != p + 1) t.sim().fail(Status::internal("a write was lost"));
+    });
+    Status st = sim.run();
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    const protocols::hlrc::Counters& c = sim.hlrc_counters(0);
+    EXPECT_EQ(sim.heap_stats(0).first_touches, 100u);
+    if (run == 1) {
+      EXPECT_EQ(c.write_faults.load(), 100u);
+      EXPECT_EQ(c.first_touch_run_pages.load(), 0u);
+    } else {
+      // 100 pages in runs of 16: 7 faults (the allocation may not start on a chunk; a chunk
+      // boundary inside it costs one more).
+      EXPECT_LE(c.write_faults.load(), 8u);
+      EXPECT_EQ(c.write_faults.load() + c.first_touch_run_pages.load(), 100u);
+    }
+  }
+}
+
 uint64_t scenario_messages(const std::string& name, uint32_t nodes, bool prefetch,
                            uint32_t push_pages = 0) {
   Options o;

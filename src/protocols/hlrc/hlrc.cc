@@ -381,6 +381,7 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
   // note: by the clock, not by timed-out waits: the stripe's condition variable is notified for
   // every page of the stripe, and a busy stripe would never let a wait time out.
   Stall stall{now(), false};
+  bool first_touch = false;
   for (;;) {
     int32_t home;
     {
@@ -412,7 +413,15 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
       counters_.home_wait_ns.fetch_add(now() - t0, std::memory_order_relaxed);
       continue;
     }
-    if (e.home == static_cast<int32_t>(me_)) return fault_home(page, e, is_write, l);
+    if (e.home == static_cast<int32_t>(me_)) {
+      // A first touch here may open the untouched pages that follow (open_first_touch_run),
+      // once this page's stripe is released.
+      first_touch = e.state == st(PageState::kUnknown) && opts_.first_touch_run > 1 &&
+                    !space_.is_static(page) && comm_.size() == 1;
+      const bool ok = fault_home(page, e, is_write, l);
+      if (!first_touch || !ok) return ok;
+      break;
+    }
     switch (static_cast<PageState>(e.state)) {
       case PageState::kReadOnly: {
         // First write in this interval: twin, then open for writing.
@@ -451,7 +460,38 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
     }
     break;
   }
+  if (first_touch) {
+    open_first_touch_run(page);
+    return true;
+  }
   return fetch(page, is_write, stall);
+}
+
+void Hlrc::open_first_touch_run(PageId page) {
+  const PageId end = heap_.claim_first_touch_run(page, page + opts_.first_touch_run, kHlrcId);
+  if (end <= page + 1) return;
+  std::vector<PageId> run;
+  run.reserve(end - page - 1);
+  for (PageId p = page + 1; p < end; ++p) run.push_back(p);
+  in_stripe_batches(table_, run, [&](const std::vector<PageId>& batch) {
+    // As fault_home opens a first-touched page. A page another thread or a handler has used
+    // since the heap decided it (a fault on it, a request from a node that learned its home)
+    // keeps what that did.
+    std::vector<PageId> open;
+    for (PageId p : batch) {
+      PageEntry& f = table_.at(p);
+      if (f.home == memory::kHomeUnknown) f.home = static_cast<int32_t>(me_);
+      if (f.protocol == memory::kProtocolUnknown) f.protocol = kHlrcId;
+      LOOM_CHECK(f.home == static_cast<int32_t>(me_) && f.protocol == kHlrcId,
+                 "a page this node's heap just made its own: {}", dump_page(p));
+      if (f.state != st(PageState::kUnknown) || f.fetching) continue;
+      f.state = st(PageState::kHomePrivate);
+      f.prot = Prot::kReadWrite;
+      open.push_back(p);
+    }
+    counters_.first_touch_run_pages.fetch_add(open.size(), std::memory_order_relaxed);
+    protect_ranges(std::move(open), Prot::kReadWrite);
+  });
 }
 
 bool Hlrc::fault_home(PageId page, PageEntry& e, bool is_write, MutexLock& held) {

@@ -80,6 +80,8 @@ enum class PageState : uint8_t {
 const char* state_name(uint8_t s);
 
 struct Counters {
+  // first_touch_run_pages: pages a first touch opened after the one touched (Options).
+  std::atomic<uint64_t> first_touch_run_pages{0};
   std::atomic<uint64_t> read_faults{0}, write_faults{0}, refaults{0}, pages_fetched{0},
       fetch_retries{0}, twins{0}, diffs_created{0}, diff_bytes{0}, diffs_applied{0},
       diff_bytes_applied{0}, diffs_held{0}, requests_held{0}, intervals{0}, notices_sent{0},
@@ -134,6 +136,10 @@ class Hlrc final : public Protocol, public Consistency {
     // following pages with the same request (readahead, docs/protocols/hlrc.md#fetch-ahead).
     // 0: off.
     uint32_t fetch_ahead = 8;
+    // First touch of a run, on a job of one node: a first touch opens the untouched pages of
+    // its allocation that follow, up to this many pages in all, as if each had been touched
+    // (docs/memory.md#a-first-touch-opens-a-run). 1: one page per fault.
+    uint32_t first_touch_run = 16;
     // Test-only: a deliberately broken variant, so that the simulator's consistency checker can
     // be shown to catch it (loom-sim --mutant). Never set outside tests.
     enum class Mutant : uint8_t {
@@ -249,6 +255,8 @@ class Hlrc final : public Protocol, public Consistency {
   bool handle_fault(void* addr, bool is_write);
   void release_locked(const IntervalStamp& next, std::vector<PageWrite> written)
       REQUIRES(release_mu_);
+  // After a first touch as home: opens the run Options::first_touch_run says.
+  void open_first_touch_run(memory::PageId page);
   bool fault_home(memory::PageId page, memory::PageEntry& e, bool is_write, MutexLock& held)
       REQUIRES(table_.lock_of(page));
   // A fault's wait: since when, and whether it has said that it waits long.
