@@ -87,6 +87,16 @@ struct Server {
   int to_server = -1, from_server = -1;
 };
 
+// fork(), with the child ending when this process does (libFuzzer's timeout, ^C): 0 in the child.
+pid_t fork_tied() {
+  std::fflush(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) fail(errno_text("fork"));
+  if (pid == 0 && (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)) _exit(125);
+  return pid;
+}
+
 // The server's loop (it never returns): for each length read, the input is in the area.
 [[noreturn]] void serve(const ForkedTarget& target, SharedArea* area, int in, int out) {
   const size_t n = counters_size();
@@ -98,12 +108,8 @@ struct Server {
   uint64_t size;
   while (read_all(in, &size, sizeof size)) {
     target.prepare(area->input, size);
-    std::fflush(nullptr);
-    const pid_t server = getpid();
-    const pid_t pid = fork();
-    if (pid < 0) fail(errno_text("fork"));
+    const pid_t pid = fork_tied();
     if (pid == 0) {
-      if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != server) _exit(125);
       if (n != 0) std::memset(__start___sancov_cntrs, 0, n);
       target.run(area->input, size);
       if (n != 0) std::memcpy(area->counters, __start___sancov_cntrs, n);
@@ -128,12 +134,7 @@ Server start_server(const ForkedTarget& target) {
   s.area = static_cast<SharedArea*>(p);
   int to[2], from[2];
   if (pipe2(to, O_CLOEXEC) != 0 || pipe2(from, O_CLOEXEC) != 0) fail(errno_text("pipe2"));
-  std::fflush(nullptr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) fail(errno_text("fork"));
-  if (pid == 0) {
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(125);
+  if (fork_tied() == 0) {
     close(to[1]);
     close(from[0]);
     serve(target, s.area, to[0], from[1]);

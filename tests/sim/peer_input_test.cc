@@ -349,6 +349,14 @@ TEST(PeerInputDeathTest, OwnerRequestForAPageOfAnotherProtocol) {
 
 // Replies, parsed by the application thread that waits for them.
 
+// Both nodes' one thread waits at barrier `b` once.
+std::function<void(Simulation&)> both_at_barrier(uint64_t b) {
+  return [b](Simulation& sim) {
+    sim.spawn(0, [b](Thread& t) { t.barrier(b, 2); });
+    sim.spawn(1, [b](Thread& t) { t.barrier(b, 2); });
+  };
+}
+
 TEST(PeerInputDeathTest, BarrierReleaseOfAnotherEpisode) {
   const uint64_t b = managed_by_node0(barrier_id);
   Options o;
@@ -358,15 +366,11 @@ TEST(PeerInputDeathTest, BarrierReleaseOfAnotherEpisode) {
       std::memcpy(payload->data() + 8, &episode, sizeof episode);
     }
   };
-  expect_stop(
-      [b](Simulation& sim) {
-        sim.spawn(0, [b](Thread& t) { t.barrier(b, 2); });
-        sim.spawn(1, [b](Thread& t) { t.barrier(b, 2); });
-      },
-      "node 1: bad 'barrier.arrive' reply from node 0: malformed: barrier " +
-          fmt::format("{:#x}", b) + ": release: barrier " + fmt::format("{:#x}", b) +
-          ": release of episode 5 during 0",
-      o);
+  expect_stop(both_at_barrier(b),
+              "node 1: bad 'barrier.arrive' reply from node 0: malformed: barrier " +
+                  fmt::format("{:#x}", b) + ": release: barrier " + fmt::format("{:#x}", b) +
+                  ": release of episode 5 during 0",
+              o);
 }
 
 // Found by the handlers fuzz target: an empty answer to an arrival (as if another arrival of
@@ -378,10 +382,7 @@ TEST(PeerInputDeathTest, EmptyBarrierAnswerWithNoOtherArrival) {
     if (h.is_reply() && h.type == sync::msg::kBarrierArrive && dst == 1) *payload = comm::Buffer();
   };
   expect_stop(
-      [b](Simulation& sim) {
-        sim.spawn(0, [b](Thread& t) { t.barrier(b, 2); });
-        sim.spawn(1, [b](Thread& t) { t.barrier(b, 2); });
-      },
+      both_at_barrier(b),
       "node 1: bad 'barrier.arrive' reply from node 0: malformed: barrier " +
           fmt::format("{:#x}", b) +
           ": an empty answer (another arrival of this node gets the release), but this node has "
