@@ -171,6 +171,10 @@ class Heap {
   // The home its allocation's record gives the page (kHomeUnknown for first touch), if this node
   // knows the record.
   std::optional<Resolved> from_records(PageId page) EXCLUDES(remote_mu_);
+  // A placed allocation's record that an answer about `page` (home, protocol) carried: malformed
+  // unless it gives the page that home and protocol and overlaps no other allocation known here.
+  Status check_answer_record(const Record& rec, PageId page, int32_t home, ProtocolId protocol)
+      EXCLUDES(mu_, remote_mu_);
   // Asks the chunk's owner (-1: none) and takes its answer in.
   Resolved ask_owner(PageId page, int32_t owner) EXCLUDES(mu_);
   // Owner side: answers `q` now (into `out`), or starts or joins an arbitration of its chunk.

@@ -325,6 +325,42 @@ PageId Heap::claim_first_touch_run(PageId page, PageId limit, ProtocolId protoco
   return end;
 }
 
+Status Heap::check_answer_record(const Record& rec, PageId page, int32_t home,
+                                 ProtocolId protocol) {
+  // note: the record is what this node will place every page of it by, without asking again:
+  // it must agree with the answer it came with, and with the allocations this node knows.
+  if (page < rec.first || page - rec.first >= rec.pages || home_in_record(rec, page) != home ||
+      rec.protocol != protocol)
+    return Status::malformed(fmt::format(
+        "home {} (protocol {}) in an answer whose allocation [{}, +{}) places the page at node {} "
+        "(protocol {})",
+        home, protocol, rec.first, rec.pages, home_in_record(rec, page), rec.protocol));
+  auto overlaps = [&rec](const std::map<PageId, Record>& known) {
+    auto it = known.lower_bound(rec.first + rec.pages);
+    if (it == known.begin()) return false;
+    --it;
+    const Record& k = it->second;
+    const bool same = k.first == rec.first && k.pages == rec.pages &&
+                      k.placement == rec.placement && k.node == rec.node &&
+                      k.protocol == rec.protocol;
+    return k.first + k.pages > rec.first && !same;
+  };
+  bool clash;
+  {
+    MutexLock l(mu_);
+    clash = overlaps(records_);
+  }
+  if (!clash) {
+    MutexLock l(remote_mu_);
+    clash = overlaps(remote_records_);
+  }
+  if (clash)
+    return Status::malformed(
+        fmt::format("an answer's allocation [{}, +{}) overlaps another allocation this node knows",
+                    rec.first, rec.pages));
+  return Status::ok();
+}
+
 Heap::Resolved Heap::ask_owner(PageId page, int32_t owner) {
   if (owner < 0) return {kNotAllocated, kProtocolUnknown};
   home_queries_.fetch_add(1, std::memory_order_relaxed);
@@ -342,9 +378,12 @@ Heap::Resolved Heap::ask_owner(PageId page, int32_t owner) {
         from, heap_msg::kHomeQuery,
         Status(a.status().code(), fmt::format("page {}: {}", page, a.status().message())));
   if (a->record_pages != 0) {
+    const Record rec{a->record_first, a->record_pages, a->placement, a->node, false, a->protocol};
+    if (Status s = check_answer_record(rec, page, a->home, a->protocol); !s)
+      comm_.fail_bad_reply(from, heap_msg::kHomeQuery,
+                           Status(s.code(), fmt::format("page {}: {}", page, s.message())));
     MutexLock l(remote_mu_);
-    remote_records_[a->record_first] =
-        Record{a->record_first, a->record_pages, a->placement, a->node, false, a->protocol};
+    remote_records_[a->record_first] = rec;
   }
   Outbox out;
   {

@@ -466,6 +466,37 @@ TEST(PeerInputDeathTest, HomeAnswerNamingAnUnknownProtocol) {
       "node 1: bad 'heap.home_query' reply from node 0: malformed: page", o);
 }
 
+// Found by the handlers fuzz target: an answer whose allocation record placed the page elsewhere
+// than the answer's own home (record [0, +253) at node 1, home 0) made node 1 its own home for
+// the whole record, and the job later waited forever. AnswerHeader (memory/homes.cc): home at
+// 0, placement at 4, node at 8, record_pages at 24.
+TEST(PeerInputDeathTest, HomeAnswerWhoseAllocationContradictsIt) {
+  auto a = std::make_shared<uint64_t>(0);
+  Options o;
+  o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
+    if (h.is_reply() && h.type == memory::heap_msg::kHomeQuery && dst == 1 &&
+        payload->size() >= 32) {
+      const int32_t node = 1;
+      payload->data()[4] = std::byte{3};  // Placement::kNode
+      std::memcpy(payload->data() + 8, &node, sizeof node);
+    }
+  };
+  expect_stop(
+      [a](Simulation& sim) {
+        sim.spawn(0, [a](Thread& t) {
+          *a = t.alloc(4 * kPage, memory::Placement::kNode, 0);
+          t.barrier(barrier_id(0), 2);
+        });
+        sim.spawn(1, [a](Thread& t) {
+          t.barrier(barrier_id(0), 2);
+          (void)t.read(*a);
+        });
+      },
+      "node 1: bad 'heap.home_query' reply from node 0: malformed: page 0: home 0 (protocol 0) in "
+      "an answer whose allocation [0, +4) places the page at node 1",
+      o);
+}
+
 // After a successful run, a posted message is delivered by settle() (the fuzz harness,
 // tests/fuzz/handlers_fuzz.cc): a malformed one ends in the receiver's fatal path, and the
 // simulation, with no thread parked, is destroyed normally (no death test needed).
