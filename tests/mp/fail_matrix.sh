@@ -265,7 +265,7 @@ for i in "${!actions[@]}"; do
   fi
   if [[ -n $(ls -A "$jobtmp") ]]; then
     echo "FAILED: $phase $action: left in TMPDIR: $(cd "$jobtmp" && find . -mindepth 1 | head)"
-    fail=1
+    show; fail=1
   fi
 done
 
