@@ -109,7 +109,7 @@ if ((quick == 0)); then
       echo "== clang -Wthread-safety build, and the fuzz targets"
       cmake --preset clang-tsa >/dev/null &&
         cmake --build --preset clang-tsa --target loom_runtime loom_sim loom_parmacs \
-          fuzz_wire_header fuzz_boot_frames fuzz_handlers
+          fuzz_wire_header fuzz_boot_frames fuzz_pmix_contribution fuzz_handlers
     } >"$2/clang.log" 2>&1
     echo $? >"$2/clang.status"' bash "$PWD" "$bg_dir" &
   bg_pid=$!

@@ -147,6 +147,13 @@ int32_t Heap::chunk_owner(uint64_t chunk) {
       comm_.fail_bad_reply(0, heap_msg::kChunkOwner,
                            Status::malformed(fmt::format("chunk {}: owner {} ({} bytes)", chunk,
                                                          owner, reply->size())));
+    // note: a node knows the chunks it took from the moment it takes them (owner_cache_), so it
+    // never asks about its own: an answer naming it is wrong.
+    if (owner == static_cast<int32_t>(me_))
+      comm_.fail_bad_reply(
+          0, heap_msg::kChunkOwner,
+          Status::malformed(
+              fmt::format("chunk {}: owner {}, this node, which did not take it", chunk, owner)));
   }
   // note: a chunk's owner never changes once taken, so a positive answer can be cached forever.
   if (owner >= 0) owner_cache_[chunk].store(owner, std::memory_order_relaxed);

@@ -497,6 +497,35 @@ TEST(PeerInputDeathTest, HomeAnswerWhoseAllocationContradictsIt) {
       o);
 }
 
+// Found by the handlers fuzz target (in CI's 5-second run): node 0's answer that node 1 owns
+// chunk 0 made node 1 answer its own question with "not allocated", and its read crashed as
+// unallocated memory instead of naming node 0. A node knows the chunks it took.
+TEST(PeerInputDeathTest, ChunkOwnerAnswerNamingTheAsker) {
+  auto a = std::make_shared<uint64_t>(0);
+  Options o;
+  o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
+    if (h.is_reply() && h.type == memory::heap_msg::kChunkOwner && dst == 1 &&
+        payload->size() == 4) {
+      const int32_t owner = 1;
+      std::memcpy(payload->data(), &owner, sizeof owner);
+    }
+  };
+  expect_stop(
+      [a](Simulation& sim) {
+        sim.spawn(0, [a](Thread& t) {
+          *a = t.alloc(4 * kPage);
+          t.barrier(barrier_id(0), 2);
+        });
+        sim.spawn(1, [a](Thread& t) {
+          t.barrier(barrier_id(0), 2);
+          (void)t.read(*a);
+        });
+      },
+      "node 1: bad 'heap.chunk_owner' reply from node 0: malformed: chunk 0: owner 1, this node, "
+      "which did not take it",
+      o);
+}
+
 // After a successful run, a posted message is delivered by settle() (the fuzz harness,
 // tests/fuzz/handlers_fuzz.cc): a malformed one ends in the receiver's fatal path, and the
 // simulation, with no thread parked, is destroyed normally (no death test needed).
