@@ -466,12 +466,27 @@ TEST(PeerInputDeathTest, HomeAnswerNamingAnUnknownProtocol) {
       "node 1: bad 'heap.home_query' reply from node 0: malformed: page", o);
 }
 
+// Node 0 allocates 4 pages (`placement`, at node 0 where it names one); after a barrier node 1
+// reads the first.
+std::function<void(Simulation&)> node1_reads_node0s_allocation(memory::Placement placement) {
+  auto a = std::make_shared<uint64_t>(0);
+  return [a, placement](Simulation& sim) {
+    sim.spawn(0, [a, placement](Thread& t) {
+      *a = t.alloc(4 * kPage, placement, 0);
+      t.barrier(barrier_id(0), 2);
+    });
+    sim.spawn(1, [a](Thread& t) {
+      t.barrier(barrier_id(0), 2);
+      (void)t.read(*a);
+    });
+  };
+}
+
 // Found by the handlers fuzz target: an answer whose allocation record placed the page elsewhere
 // than the answer's own home (record [0, +253) at node 1, home 0) made node 1 its own home for
 // the whole record, and the job later waited forever. AnswerHeader (memory/homes.cc): home at
 // 0, placement at 4, node at 8, record_pages at 24.
 TEST(PeerInputDeathTest, HomeAnswerWhoseAllocationContradictsIt) {
-  auto a = std::make_shared<uint64_t>(0);
   Options o;
   o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
     if (h.is_reply() && h.type == memory::heap_msg::kHomeQuery && dst == 1 &&
@@ -482,16 +497,7 @@ TEST(PeerInputDeathTest, HomeAnswerWhoseAllocationContradictsIt) {
     }
   };
   expect_stop(
-      [a](Simulation& sim) {
-        sim.spawn(0, [a](Thread& t) {
-          *a = t.alloc(4 * kPage, memory::Placement::kNode, 0);
-          t.barrier(barrier_id(0), 2);
-        });
-        sim.spawn(1, [a](Thread& t) {
-          t.barrier(barrier_id(0), 2);
-          (void)t.read(*a);
-        });
-      },
+      node1_reads_node0s_allocation(memory::Placement::kNode),
       "node 1: bad 'heap.home_query' reply from node 0: malformed: page 0: home 0 (protocol 0) in "
       "an answer whose allocation [0, +4) places the page at node 1",
       o);
@@ -501,7 +507,6 @@ TEST(PeerInputDeathTest, HomeAnswerWhoseAllocationContradictsIt) {
 // chunk 0 made node 1 answer its own question with "not allocated", and its read crashed as
 // unallocated memory instead of naming node 0. A node knows the chunks it took.
 TEST(PeerInputDeathTest, ChunkOwnerAnswerNamingTheAsker) {
-  auto a = std::make_shared<uint64_t>(0);
   Options o;
   o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
     if (h.is_reply() && h.type == memory::heap_msg::kChunkOwner && dst == 1 &&
@@ -511,16 +516,7 @@ TEST(PeerInputDeathTest, ChunkOwnerAnswerNamingTheAsker) {
     }
   };
   expect_stop(
-      [a](Simulation& sim) {
-        sim.spawn(0, [a](Thread& t) {
-          *a = t.alloc(4 * kPage);
-          t.barrier(barrier_id(0), 2);
-        });
-        sim.spawn(1, [a](Thread& t) {
-          t.barrier(barrier_id(0), 2);
-          (void)t.read(*a);
-        });
-      },
+      node1_reads_node0s_allocation(memory::Placement::kFirstTouch),
       "node 1: bad 'heap.chunk_owner' reply from node 0: malformed: chunk 0: owner 1, this node, "
       "which did not take it",
       o);
