@@ -149,6 +149,20 @@ TEST(LockPolicyTest, KeptTokenIsHandedOverByItsTimer) {
   EXPECT_GT(timed_out, 0u);
 }
 
+// The first simulator lock id that node 0 of 2 manages.
+uint64_t lock_managed_by_node0() {
+  uint32_t k = 0;
+  while (sync::manager_of(lock_id(k), 2) != 0) ++k;
+  return lock_id(k);
+}
+
+Options two_nodes_pushing(bool push) {
+  Options o;
+  o.nodes = 2;
+  o.lock_push = push;
+  return o;
+}
+
 // Pushing the token (LockPolicy::push, sync/locks.h): the nodes take turns with a lock that node
 // 0 manages, a barrier between turns, each turn adding one to a counter under the lock. Once the
 // lock has gone to node 1 and come back three times, node 0's unlocks push the token to node 1
@@ -157,13 +171,8 @@ TEST(LockPolicyTest, KeptTokenIsHandedOverByItsTimer) {
 // node 1 asks every turn. Every turn sees the counter at its number either way.
 uint64_t node1_remote_acquires(bool push) {
   constexpr uint32_t kTurns = 40;
-  uint32_t k = 0;
-  while (sync::manager_of(lock_id(k), 2) != 0) ++k;
-  const uint64_t l = lock_id(k);
-  Options o;
-  o.nodes = 2;
-  o.lock_push = push;
-  Simulation sim(o);
+  const uint64_t l = lock_managed_by_node0();
+  Simulation sim(two_nodes_pushing(push));
   auto counter = std::make_shared<uint64_t>(0);
   for (uint32_t n = 0; n < 2; ++n) {
     sim.spawn(n, [n, l, counter](Thread& t) {
@@ -193,13 +202,8 @@ uint64_t node1_remote_acquires(bool push) {
 // asked for it back).
 TEST(LockPush, AnUnusedPushStopsThePushing) {
   constexpr uint32_t kTurns = 20;
-  uint32_t k = 0;
-  while (sync::manager_of(lock_id(k), 2) != 0) ++k;
-  const uint64_t l = lock_id(k);
-  Options o;
-  o.nodes = 2;
-  o.lock_push = true;
-  Simulation sim(o);
+  const uint64_t l = lock_managed_by_node0();
+  Simulation sim(two_nodes_pushing(true));
   for (uint32_t n = 0; n < 2; ++n) {
     sim.spawn(n, [n, l](Thread& t) {
       for (uint32_t turn = 0; turn < 2 * kTurns; ++turn) {
