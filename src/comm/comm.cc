@@ -411,7 +411,7 @@ void Comm::on_arrival(Arrival& a) {
 void Comm::complete_reply(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned) {
   Pending p;
   bool defer = false;
-  Status misrouted;
+  Status bad_reply;
   {
     MutexLock lock(pending_mu_);
     Pending* it = pending_.find(h.request_id);
@@ -423,22 +423,22 @@ void Comm::complete_reply(const WireHeader& h, std::span<const std::byte> payloa
     if (it == nullptr) {
       // note: each request has one reply; one to an id answered before or never issued would
       // leave nobody waiting for it, and the requester it was meant for waiting forever.
-      misrouted = Status::malformed(
+      bad_reply = Status::malformed(
           fmt::format("node {} answered request {} ({}), which is not pending here (answered "
                       "before, or never made)",
                       h.src, h.request_id, registry_.name_of(h.type)));
     } else if (it->dst != h.src) {
-      misrouted = Status::malformed(
+      bad_reply = Status::malformed(
           fmt::format("node {} answered request {} that was sent to node {} (type {})", h.src,
                       h.request_id, it->dst, registry_.name_of(h.type)));
     }
-    defer = misrouted.is_ok() && it->callback && !on_dispatcher();
-    if (!defer && misrouted.is_ok()) {
+    defer = bad_reply.is_ok() && it->callback && !on_dispatcher();
+    if (!defer && bad_reply.is_ok()) {
       p = pending_.take(h.request_id);
     }
   }
-  if (!misrouted.is_ok()) {
-    report_fatal(misrouted, h.src);  // outside pending_mu_: the handler may do anything
+  if (!bad_reply.is_ok()) {
+    report_fatal(bad_reply, h.src);  // outside pending_mu_: the handler may do anything
     return;
   }
   if (defer) {
