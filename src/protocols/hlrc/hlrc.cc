@@ -414,10 +414,10 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
       continue;
     }
     if (e.home == static_cast<int32_t>(me_)) {
-      // A first touch here may open the untouched pages that follow (open_first_touch_run),
-      // once this page's stripe is released.
+      // A first touch here may open the untouched pages that follow (open_first_touch_run,
+      // on a job of one node: the heap decides), once this page's stripe is released.
       first_touch = e.state == st(PageState::kUnknown) && opts_.first_touch_run > 1 &&
-                    !space_.is_static(page) && comm_.size() == 1;
+                    !space_.is_static(page);
       const bool ok = fault_home(page, e, is_write, l);
       if (!first_touch || !ok) return ok;
       break;
