@@ -503,6 +503,41 @@ TEST(PeerInputDeathTest, HomeAnswerWhoseAllocationContradictsIt) {
       o);
 }
 
+// Found by the handlers fuzz target: a home answer whose allocation record agrees with itself
+// but not with the chunk owner (HLRC pages in blocks, where node 0 placed lrc_mw pages at
+// itself) made node 1 the HLRC home of a page node 0 had written as lrc_mw. Node 1's notices
+// named that write, no diff of it was ever coming, and node 1's read waited forever. Notices
+// say which pages' homes the writer sent a diff; a home that waits for a write nobody diffed
+// names the writer.
+TEST(PeerInputDeathTest, HomeWaitingForAWriteNobodyDiffed) {
+  Options o;
+  o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
+    if (h.is_reply() && h.type == memory::heap_msg::kHomeQuery && dst == 1 &&
+        payload->size() >= 32) {
+      const int32_t home = 1;  // of page 2 of 4, in blocks of 2 pages
+      std::memcpy(payload->data(), &home, sizeof home);
+      payload->data()[4] = std::byte{1};  // Placement::kBlock
+      payload->data()[5] = std::byte{protocols::kHlrcId};
+    }
+  };
+  auto a = std::make_shared<uint64_t>(0);
+  expect_stop(
+      [a](Simulation& sim) {
+        sim.spawn(0, [a](Thread& t) {
+          *a = t.alloc(4 * kPage, memory::Placement::kNode, 0, "lrc_mw");
+          for (uint64_t k = 0; k < 4; ++k) t.write(*a + k * kPage, k + 1);
+          t.barrier(barrier_id(0), 2);
+        });
+        sim.spawn(1, [a](Thread& t) {
+          t.barrier(barrier_id(0), 2);
+          (void)t.read(*a + 2 * kPage);
+        });
+      },
+      "node 1: page 2: node 0's write notice of interval 1 names it, but node 0 sent this node, "
+      "its home, no diff of it",
+      o);
+}
+
 // Found by the handlers fuzz target (in CI's 5-second run): node 0's answer that node 1 owns
 // chunk 0 made node 1 answer its own question with "not allocated", and its read crashed as
 // unallocated memory instead of naming node 0. A node knows the chunks it took.

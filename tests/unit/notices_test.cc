@@ -9,7 +9,12 @@ namespace loom::protocols::hlrc {
 namespace {
 
 Record rec(uint32_t w, uint32_t i, std::vector<uint64_t> pages, uint32_t lamport = 0) {
-  return {.writer = w, .interval = i, .lamport = lamport, .pages = std::move(pages), .blocks = {}};
+  return {.writer = w,
+          .interval = i,
+          .lamport = lamport,
+          .pages = std::move(pages),
+          .blocks = {},
+          .diffed = {}};
 }
 
 TEST(Notices, StoreKeepsPrefixesAndSendsWhatTheOtherLacks) {
@@ -97,6 +102,27 @@ TEST(Notices, BlockMasksRoundTripOnlyWhenSomePageHasThem) {
   EXPECT_EQ((*kb)[0].blocks, partial.blocks);
   EXPECT_EQ((*kb)[0].blocks_of(0), 0x1u);
   EXPECT_EQ((*kb)[0].pages, partial.pages);
+}
+
+// The pages whose home a writer sent a diff travel in the page numbers' top bit, at no cost in
+// bytes, and come back as the same subset.
+TEST(Notices, DiffedPagesRoundTripWithoutExtraBytes) {
+  Record plain = rec(1, 1, {4, 9, 12});
+  Record homed = plain;
+  homed.diffed = {4, 12};
+  std::vector<std::byte> a, b;
+  ByteWriter wa(&a), wb(&b);
+  write_records(wa, {&plain});
+  write_records(wb, {&homed});
+  EXPECT_EQ(a.size(), b.size());
+  EXPECT_NE(a, b);
+  ByteReader ra(a), rb(b);
+  Result<std::vector<Record>> ka = read_records(ra, 2, 100), kb = read_records(rb, 2, 100);
+  ASSERT_TRUE(ka);
+  ASSERT_TRUE(kb);
+  EXPECT_TRUE((*ka)[0].diffed.empty());
+  EXPECT_EQ((*kb)[0].pages, plain.pages);
+  EXPECT_EQ((*kb)[0].diffed, homed.diffed);
 }
 
 TEST(Notices, MalformedEncodingsAreRefused) {

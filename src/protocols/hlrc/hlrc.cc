@@ -382,7 +382,10 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
   // every page of the stripe, and a busy stripe would never let a wait time out.
   Stall stall{now(), false};
   bool first_touch = false;
+  Status undiffed;
+  comm::NodeId culprit = comm::kNoNode;
   for (;;) {
+    if (!undiffed.is_ok()) comm_.fail_job(undiffed, culprit);
     int32_t home;
     {
       MutexLock l(table_.lock_of(page));
@@ -408,6 +411,11 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
     if (e.home == static_cast<int32_t>(me_) && !e.version.covers(e.required)) {
       // An acquire told us of writes whose diffs have not reached us yet. (Then look again: the
       // home may have moved meanwhile.)
+      if (!stall.diffs_checked) {
+        stall.diffs_checked = true;
+        undiffed = check_diffs_coming(page, e, &culprit);
+        if (!undiffed.is_ok()) continue;  // fails the job without the page's lock
+      }
       int64_t t0 = now();
       wait_on_page(page, is_write, stall, "diffs its notices announced");
       counters_.home_wait_ns.fetch_add(now() - t0, std::memory_order_relaxed);
@@ -732,8 +740,12 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
   std::map<int32_t, DiffBatch> batches;
   std::vector<PageId> push;       // home pages with readers (barrier pushes)
   std::vector<PageId> armed_now;  // home pages that join the hot set (write tracking)
-  Record rec{
-      .writer = me_, .interval = interval, .lamport = next.lamport, .pages = {}, .blocks = {}};
+  Record rec{.writer = me_,
+             .interval = interval,
+             .lamport = next.lamport,
+             .pages = {},
+             .blocks = {},
+             .diffed = {}};
   // note: in batches of kStripeBatch pages, so a thread holds a bounded number of stripe locks
   // (each page is still write-protected and diffed under its own stripe).
   in_stripe_batches(table_, pages, [&](const std::vector<PageId>& taken) {
@@ -836,6 +848,7 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
         e.required.raise(me_, interval);
         e.version.raise(me_, interval);
         rec.pages.push_back(p);
+        rec.diffed.push_back(p);
         counters_.diffs_created.fetch_add(1, std::memory_order_relaxed);
         counters_.diff_bytes.fetch_add(n, std::memory_order_relaxed);
       }
@@ -865,6 +878,7 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
     }
   }
   if (rec.pages.empty()) return;
+  std::sort(rec.diffed.begin(), rec.diffed.end());
   size_t stored;
   {
     MutexLock l(notices_mu_);
@@ -1568,6 +1582,29 @@ Status Hlrc::store_notices(ByteReader& r) {
   return Status::ok();
 }
 
+Status Hlrc::check_diffs_coming(PageId page, const PageEntry& e, comm::NodeId* culprit) {
+  // why: a home's fault waits until the master holds every write its notices named: the diffs
+  // of writers that are not the home. A notice whose writer sent no diff of the page (it took
+  // itself for the home, or the page for another protocol's) would leave it waiting forever.
+  // Only a peer's error gets here: an answer that placed the page differently at two nodes.
+  // (A page that moved here came with every write its old home had announced.)
+  MutexLock l(notices_mu_);
+  for (const auto& [w, i] : e.required.entries()) {
+    if (w == me_ || e.version.get(w) >= i) continue;
+    const Record* r = store_.find(w, i);  // the last interval of w that wrote the page
+    if (r == nullptr) continue;           // collected: every node applied it
+    if (std::binary_search(r->pages.begin(), r->pages.end(), page) &&
+        !std::binary_search(r->diffed.begin(), r->diffed.end(), page)) {
+      *culprit = w;
+      return Status::malformed(fmt::format(
+          "page {}: node {}'s write notice of interval {} names it, but node {} sent this node, "
+          "its home, no diff of it: {}",
+          page, w, i, w, dump_page(page)));
+    }
+  }
+  return Status::ok();
+}
+
 void Hlrc::gc(const VectorTime& floor) {
   MutexLock l(notices_mu_);
   VectorTime f(nodes_);
@@ -1709,6 +1746,7 @@ Status Hlrc::send_page_reply(const comm::ReplyTo& to, std::vector<std::byte> pay
       MutexLock l(table_.lock_of(x.page));
       if (e.home == memory::kHomeUnknown && e.state == st(PageState::kUnknown))
         e.home = static_cast<int32_t>(me_);
+      // (an extra page of another protocol is not HLRC's to send: the requester's fault asks)
       if (e.home != static_cast<int32_t>(me_) || e.state == st(PageState::kHomeMoving) ||
           !e.version.covers(x.need))
         continue;

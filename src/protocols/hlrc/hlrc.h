@@ -263,7 +263,12 @@ class Hlrc final : public Protocol, public Consistency {
   struct Stall {
     int64_t since;
     bool reported;
+    bool diffs_checked = false;  // check_diffs_coming ran (once per fault)
   };
+  // kMalformed naming the writer (`culprit`) if this home's page waits for a write that no diff
+  // will bring: a notice of it whose writer sent no diff. Under the page's lock.
+  Status check_diffs_coming(memory::PageId page, const memory::PageEntry& e, comm::NodeId* culprit)
+      EXCLUDES(notices_mu_);
   bool fetch(memory::PageId page, bool is_write, Stall& stall);
   // A fault waits on its page's stripe (condition variable) for a while, then reports a long
   // wait (report_stall); the caller looks at the page again.

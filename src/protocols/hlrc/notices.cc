@@ -34,7 +34,8 @@ bool ByteReader::bytes(size_t n, std::span<const std::byte>* out) {
 }
 
 namespace {
-constexpr uint32_t kHasBlocks = uint32_t{1} << 31;  // a record's page count: block masks follow
+constexpr uint32_t kHasBlocks = uint32_t{1} << 31;   // a record's page count: block masks follow
+constexpr uint64_t kDiffedPage = uint64_t{1} << 63;  // a page's number: a diff went to its home
 }  // namespace
 
 void write_records(ByteWriter& w, const std::vector<const Record*>& records) {
@@ -45,7 +46,14 @@ void write_records(ByteWriter& w, const std::vector<const Record*>& records) {
     w.u32(r->lamport);
     const uint32_t n = static_cast<uint32_t>(r->pages.size());
     w.u32(r->blocks.empty() ? n : n | kHasBlocks);
-    for (uint64_t p : r->pages) w.u64(p);
+    auto diffed = r->diffed.begin();
+    for (uint64_t p : r->pages) {
+      const bool sent = diffed != r->diffed.end() && *diffed == p;
+      if (sent) ++diffed;
+      w.u64(sent ? p | kDiffedPage : p);
+    }
+    LOOM_CHECK(diffed == r->diffed.end(), "record ({}, {}): a diffed page that it does not list",
+               r->writer, r->interval);
     for (uint32_t b : r->blocks) w.u32(b);
   }
 }
@@ -71,6 +79,10 @@ Result<std::vector<Record>> read_records(ByteReader& r, uint32_t nodes, uint64_t
     for (size_t k = 0; k < n; ++k) {
       uint64_t& p = rec.pages[k];
       r.u64(&p);
+      if ((p & kDiffedPage) != 0) {
+        p &= ~kDiffedPage;
+        rec.diffed.push_back(p);
+      }
       if (p >= num_pages)
         return Status::malformed(fmt::format("write notices: page {} outside the region", p));
       if (k > 0 && p <= rec.pages[k - 1])

@@ -17,9 +17,15 @@
 // interval wrote: single_owner's readers fetch only those. Pages of protocols that do not track
 // blocks count as wholly written (memory::kAllBlocks).
 //
+// A record also says to which of its pages' homes the writer sent a diff (HLRC pages it wrote as
+// a non-home). A home that learns of a write it does not hold, without such a diff on its way,
+// knows that nothing will ever bring it (the writer took itself for the home, or the page for
+// another protocol's): the notice is refused.
+//
 // Wire format of a record set (lock grants, barrier arrivals and releases):
 //   u32 count, then per record: u32 writer, u32 interval, u32 lamport, u32 n,
-//   u64 page[npages], and if bit 31 of n is set, u32 blocks[npages]  (npages = n & 0x7fffffff)
+//   u64 page[npages], and if bit 31 of n is set, u32 blocks[npages]  (npages = n & 0x7fffffff);
+//   bit 63 of a page: the writer sent its home a diff (the page number is the lower bits)
 #pragma once
 
 #include <cstdint>
@@ -41,6 +47,7 @@ struct Record {
   uint32_t lamport = 0;
   std::vector<uint64_t> pages;   // sorted
   std::vector<uint32_t> blocks;  // empty (every page wholly written) or one mask per page
+  std::vector<uint64_t> diffed;  // sorted, a subset of pages: a diff went to their home
 
   // The blocks the interval wrote in pages[k].
   uint32_t blocks_of(size_t k) const { return blocks.empty() ? memory::kAllBlocks : blocks[k]; }
