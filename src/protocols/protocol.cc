@@ -125,6 +125,15 @@ std::vector<std::string> protocol_names() {
   return out;
 }
 
+Status check_page_protocol(memory::PageId page, const memory::PageEntry& e, ProtocolId mine,
+                           std::string_view what) {
+  if (e.protocol == memory::kProtocolUnknown || e.protocol == mine) return Status::ok();
+  const std::vector<Entry>& r = registry();
+  return Status::malformed(fmt::format("{} for page {}, a page of another protocol ({})", what,
+                                       page,
+                                       e.protocol < r.size() ? r[e.protocol].name : "unknown"));
+}
+
 ProtocolId protocol_id(std::string_view name) {
   const std::vector<Entry>& r = registry();
   for (size_t k = 0; k < r.size(); ++k)

@@ -132,6 +132,11 @@ Status register_protocol(std::string name, ProtocolFactory factory);
 std::vector<std::string> protocol_names();
 // The id of `name`, or kProtocolUnknown.
 ProtocolId protocol_id(std::string_view name);
+// A peer's message about `page` (`what` it is, for the error) reached protocol `mine`'s
+// handler: kMalformed if the page belongs to another protocol (a page not yet placed here is
+// anyone's). The caller holds the page's stripe lock.
+Status check_page_protocol(memory::PageId page, const memory::PageEntry& e, ProtocolId mine,
+                           std::string_view what);
 // Sets `pages` to `prot` in the application view, one call per run of consecutive pages.
 void protect_runs(memory::PageFrames& frames, std::vector<memory::PageId> pages, memory::Prot prot);
 

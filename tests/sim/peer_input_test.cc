@@ -347,6 +347,85 @@ TEST(PeerInputDeathTest, OwnerRequestForAPageOfAnotherProtocol) {
       "of another protocol (hlrc_update)");
 }
 
+// The same for the home-based protocols: a page request, diff or diff request of HLRC, lrc_mw
+// or single_owner about an sc_mrsw page is the sender's error (before, HLRC served the page, and
+// single_owner took it for its own).
+TEST(PeerInputDeathTest, HomeProtocolMessagesAboutAPageOfAnotherProtocol) {
+  struct Case {
+    std::string type;
+    std::function<std::vector<std::byte>(uint64_t page)> payload;
+    std::string what;
+  };
+  const std::vector<Case> cases = {
+      {"hlrc.page_request",
+       [](uint64_t page) {
+         std::vector<std::byte> b;
+         hl::ByteWriter w(&b);
+         w.u64(page);
+         w.u32(0);  // version: no entries
+         return b;
+       },
+       "page request"},
+      {"hlrc.diffs",
+       [](uint64_t page) {
+         std::vector<std::byte> b;
+         hl::ByteWriter w(&b);
+         w.u32(1);  // writer
+         w.u32(1);  // interval
+         w.u32(1);  // one entry
+         w.u64(page);
+         w.u32(0);  // prev
+         w.u32(0);  // an empty diff
+         return b;
+       },
+       "diff"},
+      {"lrc_mw.diff_request",
+       [](uint64_t page) {
+         std::vector<std::byte> b;
+         hl::ByteWriter w(&b);
+         w.u64(page);
+         w.u32(0);  // after
+         w.u32(1);  // through
+         return b;
+       },
+       "diff request"},
+      {"single_owner.read_request",
+       [](uint64_t page) {
+         std::vector<std::byte> b;
+         hl::ByteWriter w(&b);
+         w.u64(page);
+         w.u32(1);  // block 0
+         w.u32(0);  // version: no entries
+         return b;
+       },
+       "read request"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.type);
+    auto a = std::make_shared<uint64_t>(0);
+    expect_stop(
+        [a, c](Simulation& sim) {
+          comm::MsgType type = 0;
+          while (sim.comm(0).registry().name_of(type) != c.type) ++type;
+          const uint64_t base = sim.region_base();
+          sim.spawn(0, [a](Thread& t) {
+            *a = t.alloc(kPage, memory::Placement::kNode, 0, "sc_mrsw");
+            t.write(*a, 1);
+            t.barrier(barrier_id(0), 2);
+            t.barrier(barrier_id(0), 2);
+          });
+          sim.spawn(1, [a, c, type, base](Thread& t) {
+            t.barrier(barrier_id(0), 2);
+            t.inject(0, type, c.payload((*a - base) / kPage), /*request=*/true);
+            t.barrier(barrier_id(0), 2);
+          });
+        },
+        fmt::format("node 0: bad '{}' message from node 1: malformed: {} for page 0, a page of "
+                    "another protocol (sc_mrsw)",
+                    c.type, c.what));
+  }
+}
+
 // Replies, parsed by the application thread that waits for them.
 
 // Both nodes' one thread waits at barrier `b` once.

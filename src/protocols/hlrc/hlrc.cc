@@ -1664,6 +1664,7 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
   std::vector<std::byte> out;
   do {
     MutexLock l(table_.lock_of(page));
+    if (Status s = check_page_protocol(page, e, kHlrcId, "page request"); !s) return s;
     if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
     if (e.home != static_cast<int32_t>(me_)) {
       // The home moved away from here: say where to. A page whose home never moved and is
@@ -1748,7 +1749,7 @@ Status Hlrc::send_page_reply(const comm::ReplyTo& to, std::vector<std::byte> pay
         e.home = static_cast<int32_t>(me_);
       // (an extra page of another protocol is not HLRC's to send: the requester's fault asks)
       if (e.home != static_cast<int32_t>(me_) || e.state == st(PageState::kHomeMoving) ||
-          !e.version.covers(x.need))
+          !e.version.covers(x.need) || !check_page_protocol(x.page, e, kHlrcId, "").is_ok())
         continue;
       const bool zero = share_locked(x.page, e, to.node);
       w.u64(x.page);
@@ -1863,6 +1864,7 @@ Status Hlrc::take_diff(PageId page, uint32_t writer, uint32_t interval, uint32_t
                        Batches* forward, Batches* hints, std::vector<Outgoing>* out) {
   PageEntry& e = table_.at(page);
   MutexLock l(table_.lock_of(page));
+  if (Status s = check_page_protocol(page, e, kHlrcId, "diff"); !s) return s;
   if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
   if (e.home != static_cast<int32_t>(me_)) {
     if (e.home_moves == 0)
@@ -2083,6 +2085,7 @@ Status Hlrc::on_home_offer(comm::Incoming& in) {
   HomeAnswer answer{page, moves, 0};
   {
     MutexLock l(table_.lock_of(page));
+    if (Status s = check_page_protocol(page, e, kHlrcId, "home offer"); !s) return s;
     if (e.home == static_cast<int32_t>(me_) || moves <= e.home_moves)
       return Status::malformed(fmt::format("home offer of page {} (move {}) from node {}: {}", page,
                                            moves, in.src(), dump_page(page)));
@@ -2154,6 +2157,7 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
   std::vector<std::byte> moved;
   {
     MutexLock l(table_.lock_of(a.page));
+    if (Status s = check_page_protocol(a.page, e, kHlrcId, "home answer"); !s) return s;
     if (e.state != st(PageState::kHomeMoving) || a.moves != e.home_moves + 1)
       return Status::malformed(fmt::format("home answer for page {} (move {}) from node {}: {}",
                                            a.page, a.moves, in.src(), dump_page(a.page)));
@@ -2235,6 +2239,7 @@ Status Hlrc::on_home_hint(comm::Incoming& in) {
       return Status::malformed("home hint: bad entry");
     PageEntry& e = table_.at(page);
     MutexLock l(table_.lock_of(page));
+    if (Status s = check_page_protocol(page, e, kHlrcId, "home hint"); !s) return s;
     if (moves > e.home_moves && e.home == static_cast<int32_t>(me_))
       return Status::malformed(
           fmt::format("home hint: page {} moved to node {} (move {}), but it is homed here", page,

@@ -469,6 +469,7 @@ Status LrcMw::on_diff_request(comm::Incoming& in) {
   PageEntry& e = table_.at(r->page);
   {
     MutexLock l(table_.lock_of(r->page));
+    if (Status s = check_page_protocol(r->page, e, id_, "diff request"); !s) return s;
     MutexLock d(diffs_mu_);
     auto dropped = dropped_through_.find(r->page);
     if (dropped != dropped_through_.end() && r->after < dropped->second) {

@@ -442,14 +442,6 @@ void OwnerProtocol::release() {
 
 // --- Handlers (server thread) ---------------------------------------------------------------
 
-Status OwnerProtocol::check_ours(PageId page, const PageEntry& e, std::string_view what) const {
-  if (e.protocol == memory::kProtocolUnknown || e.protocol == id_) return Status::ok();
-  const std::vector<std::string> names = protocol_names();
-  return Status::malformed(fmt::format("{} for page {}, a page of another protocol ({})", what,
-                                       page,
-                                       e.protocol < names.size() ? names[e.protocol] : "unknown"));
-}
-
 Status OwnerProtocol::on_request(comm::Incoming& in, bool write) {
   Result<RequestMsg> m = in.as<RequestMsg>();
   if (!m) return m.status();
@@ -460,7 +452,9 @@ Status OwnerProtocol::on_request(comm::Incoming& in, bool write) {
   std::vector<Out> out;
   {
     MutexLock l(table_.lock_of(m->page));
-    if (Status s = check_ours(m->page, e, write ? "write request" : "read request"); !s) return s;
+    if (Status s = check_page_protocol(m->page, e, id_, write ? "write request" : "read request");
+        !s)
+      return s;
     // A request only reaches a node that never used the page if that node is its home (every
     // node's first probable owner), and a node's own request never comes back to it. Checked
     // here, where the request arrives; handle_request's checks are then this node's invariants
@@ -490,7 +484,7 @@ Status OwnerProtocol::on_grant(comm::Incoming& in) {
   std::vector<Out> out;
   {
     MutexLock l(table_.lock_of(h.page));
-    if (Status s = check_ours(h.page, e, "page grant"); !s) return s;
+    if (Status s = check_page_protocol(h.page, e, id_, "page grant"); !s) return s;
     if (e.state == st(PageState::kOwner) || e.state == st(PageState::kOwnerBusy))
       return Status::malformed(
           fmt::format("page grant (write={}, epoch {}) to the page's owner: {}", h.write, h.epoch,
@@ -541,7 +535,7 @@ Status OwnerProtocol::on_inval(comm::Incoming& in) {
   PageEntry& e = table_.at(m->page);
   {
     MutexLock l(table_.lock_of(m->page));
-    if (Status s = check_ours(m->page, e, "invalidation"); !s) return s;
+    if (Status s = check_page_protocol(m->page, e, id_, "invalidation"); !s) return s;
     if (e.state == st(PageState::kOwner) || e.state == st(PageState::kOwnerBusy))
       return Status::malformed(
           fmt::format("invalidation of the owner's copy: {}", dump_page(m->page)));

@@ -114,9 +114,6 @@ class OwnerProtocol final : public Protocol {
   void init_entry(memory::PageId page, memory::PageEntry& e);
 
   void handle_request(memory::PageId page, memory::PageEntry& e, Request r, std::vector<Out>* out);
-  // A message about `page` (what it is, for the error) that must be of this protocol's pages:
-  // malformed if the page belongs to another.
-  Status check_ours(memory::PageId page, const memory::PageEntry& e, std::string_view what) const;
   void serve_read(memory::PageId page, memory::PageEntry& e, uint32_t requester,
                   std::vector<Out>* out);
   void start_round(memory::PageId page, memory::PageEntry& e, int32_t requester,

@@ -614,6 +614,7 @@ Status SingleOwner::on_read_request(comm::Incoming& in) {
   std::vector<comm::NodeId> pulls;
   {
     MutexLock l(table_.lock_of(page));
+    if (Status s = check_page_protocol(page, e, id_, "read request"); !s) return s;
     if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
     if (e.home != static_cast<int32_t>(me_))
       return Status::malformed(
@@ -692,6 +693,7 @@ Status SingleOwner::on_diffs(comm::Incoming& in) {
     std::vector<ReadyReply> ready;
     {
       MutexLock l(table_.lock_of(page));
+      if (Status s = check_page_protocol(page, e, id_, "diff"); !s) return s;
       if (e.home != static_cast<int32_t>(me_))
         return Status::malformed(
             fmt::format("diff for page {} whose owner is node {}", page, e.home));
@@ -922,6 +924,7 @@ Status SingleOwner::on_update(comm::Incoming& in) {
       return Status::malformed("update: bad page entry");
     PageEntry& e = table_.at(page);
     MutexLock l(table_.lock_of(page));
+    if (Status s = check_page_protocol(page, e, id_, "update"); !s) return s;
     if (e.home == static_cast<int32_t>(me_))
       return Status::malformed(fmt::format("update for page {}, which this node owns", page));
     const uint32_t have = e.version.get(writer);
