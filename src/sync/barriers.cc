@@ -349,6 +349,20 @@ Status BarrierService::on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
             "barrier {:#x}: an episode of {} arrivals completed with threads of only {} of the {} "
             "nodes; Loom barriers need at least one thread of every node in each episode",
             id, count, arrived_nodes, nodes_));
+      // Each node's first arrival answers the solicitation its last release carried, and the
+      // episode cannot complete without it: a node whose arrivals are all in, none of them that
+      // answer, ignored its release (the manager's thread serving the solicitation would wait
+      // for it forever).
+      for (comm::NodeId n = 0; n < m.solicited.size(); ++n) {
+        const Solicited* sol = m.solicited[n].get();
+        if (n == me_ || sol == nullptr || sol->taken) continue;
+        Status bad = Status::malformed(fmt::format(
+            "barrier {:#x}: episode {} completes, but no arrival of node {} answered the "
+            "solicitation in its release",
+            id, m.episode, n));
+        if (n != src) comm_.report_bad_input(n, msg::kBarrierArrive, /*reply=*/false, bad);
+        return bad;
+      }
     }
     if (m.solicited.empty()) m.solicited.resize(nodes_);
     if (m.arrived == 0) {

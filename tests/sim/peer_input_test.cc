@@ -469,6 +469,38 @@ TEST(PeerInputDeathTest, EmptyBarrierAnswerWithNoOtherArrival) {
       o);
 }
 
+// Found by the handlers fuzz target: a release to node 1 without its solicitation made node 1's
+// next arrival a request, which completed the episode while node 0's thread waited for the
+// solicited one; the manager then cancelled the solicitation, and the thread waited forever (on
+// a request it had just freed). An episode that completes without a node's answer to its
+// solicitation is that node's error.
+TEST(PeerInputDeathTest, ArrivalThatIgnoresItsSolicitation) {
+  const uint64_t b = managed_by_node0(barrier_id);
+  Options o;
+  o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
+    if (h.is_reply() && h.type == sync::msg::kBarrierArrive && dst == 1 && payload->size() >= 8) {
+      const uint64_t none = 0;  // the release's last field: the solicitation
+      std::memcpy(payload->data() + payload->size() - 8, &none, sizeof none);
+    }
+  };
+  expect_stop(
+      [b](Simulation& sim) {
+        sim.spawn(0, [b](Thread& t) {
+          t.barrier(b, 2);
+          t.barrier(b, 2);
+        });
+        sim.spawn(1, [b](Thread& t) {
+          t.barrier(b, 2);
+          t.barrier(b, 2);
+        });
+      },
+      "node 0: bad 'barrier.arrive' message from node 1: malformed: barrier " +
+          fmt::format("{:#x}", b) +
+          ": episode 1 completes, but no arrival of node 1 answered the solicitation in its "
+          "release",
+      o);
+}
+
 // Found by the handlers fuzz target: node 1's solicited arrival (a reply) named a request id
 // node 1 never made for the release; node 0 answered it, node 1 dropped that answer as late,
 // and its thread waited forever. A reply to a request that is not pending and was not cancelled
