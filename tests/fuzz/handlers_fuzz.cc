@@ -81,7 +81,8 @@ std::unique_ptr<Simulation> make_simulation(const Variant& v, sim::Options o = {
   o.nodes = 2;
   o.seed = v.seed;
   o.hlrc.migrate_after = v.migrate ? 1 : 0;
-  o.trace_tail = 8;
+  o.trace_tail =
+      std::getenv("LOOM_FUZZ_VERBOSE") != nullptr ? 80 : 8;  // events printed on a failure
   // note: the program takes about 1,000 steps; messages that keep causing messages for 20,000
   // more never end.
   o.max_steps = 20'000;
