@@ -150,7 +150,7 @@ void BarrierService::wait(uint64_t id, uint32_t count) {
                      mgr);
     // The release, or nothing if another arrival of this node got it (it wakes us).
     if (req.reply.size() != 0) {
-      Status rs = on_release(mgr, req.reply.span());
+      Status rs = on_release(mgr, id, req.reply.span());
       if (!rs)
         comm_.fail_bad_reply(
             mgr, msg::kBarrierArrive,
@@ -447,18 +447,22 @@ Status BarrierService::on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
     // note: the release is this node's, but what it stores (the notices and mail of every
     // arrival) came from the others: a failure is that of the arrival that completed the episode
     // (its sender is named), the episode's other arrivals having been taken as they came.
-    if (Status s = on_release(me_, release_for(me_)); !s)
+    if (Status s = on_release(me_, id, release_for(me_)); !s)
       return Status(s.code(), fmt::format("barrier {:#x}: release: {}", id, s.message()));
   }
   return Status::ok();
 }
 
-Status BarrierService::on_release(comm::NodeId mgr, std::span<const std::byte> payload) {
+Status BarrierService::on_release(comm::NodeId mgr, uint64_t arrived_at,
+                                  std::span<const std::byte> payload) {
   ByteReader r(payload);
   uint64_t id, episode;
   uint32_t has_floor;
   if (!r.u64(&id) || !has_tag(id, kBarrierTag) || !r.u64(&episode))
     return Status::malformed("barrier release: bad header");
+  if (id != arrived_at)
+    return Status::malformed(
+        fmt::format("a release of barrier {:#x} for an arrival at barrier {:#x}", id, arrived_at));
   Result<VectorTime> vt = hl::read_vt(r, nodes_);
   if (!vt) return vt.status();
   if (!r.u32(&has_floor)) return Status::malformed("barrier release: truncated");

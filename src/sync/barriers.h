@@ -128,7 +128,8 @@ class BarrierService {
   // threads).
   Status on_arrive(comm::NodeId src, const comm::ReplyTo& reply,
                    std::span<const std::byte> payload);
-  Status on_release(comm::NodeId mgr, std::span<const std::byte> payload);
+  // The release of barrier `arrived_at` (an arrival there got it as its answer).
+  Status on_release(comm::NodeId mgr, uint64_t arrived_at, std::span<const std::byte> payload);
   // The manager's arriving thread, after its own arrival: processes the solicited arrivals that
   // came, and while the episode `episode` goes on, waits for the ones still to come (unless
   // another thread of this node already does).

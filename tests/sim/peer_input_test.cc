@@ -469,6 +469,24 @@ TEST(PeerInputDeathTest, EmptyBarrierAnswerWithNoOtherArrival) {
       o);
 }
 
+// Found by the handlers fuzz target: a release naming another barrier (of the right tag and
+// episode) was taken for that barrier's, which had no waiter, and node 1's thread waited forever
+// at its own. The answer to an arrival must release the barrier arrived at.
+TEST(PeerInputDeathTest, ReleaseOfAnotherBarrier) {
+  const uint64_t b = managed_by_node0(barrier_id);
+  Options o;
+  o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
+    if (h.is_reply() && h.type == sync::msg::kBarrierArrive && dst == 1 && payload->size() >= 8)
+      payload->data()[0] ^= std::byte{1};  // the release's first field: the barrier id
+  };
+  expect_stop(both_at_barrier(b),
+              fmt::format("node 1: bad 'barrier.arrive' reply from node 0: malformed: barrier "
+                          "{:#x}: release: a release of barrier {:#x} for an arrival at barrier "
+                          "{:#x}",
+                          b, b ^ 1, b),
+              o);
+}
+
 // Found by the handlers fuzz target: a release to node 1 without its solicitation made node 1's
 // next arrival a request, which completed the episode while node 0's thread waited for the
 // solicited one; the manager then cancelled the solicitation, and the thread waited forever (on
