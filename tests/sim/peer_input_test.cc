@@ -428,11 +428,14 @@ TEST(PeerInputDeathTest, HomeProtocolMessagesAboutAPageOfAnotherProtocol) {
 
 // Replies, parsed by the application thread that waits for them.
 
-// Both nodes' one thread waits at barrier `b` once.
-std::function<void(Simulation&)> both_at_barrier(uint64_t b) {
-  return [b](Simulation& sim) {
-    sim.spawn(0, [b](Thread& t) { t.barrier(b, 2); });
-    sim.spawn(1, [b](Thread& t) { t.barrier(b, 2); });
+// Both nodes' one thread waits at barrier `b`, `times` times (from the second on, node 1's
+// arrival answers the manager's solicitation).
+std::function<void(Simulation&)> both_at_barrier(uint64_t b, int times = 1) {
+  return [b, times](Simulation& sim) {
+    for (uint32_t node = 0; node < 2; ++node)
+      sim.spawn(node, [b, times](Thread& t) {
+        for (int k = 0; k < times; ++k) t.barrier(b, 2);
+      });
   };
 }
 
@@ -502,16 +505,7 @@ TEST(PeerInputDeathTest, ArrivalThatIgnoresItsSolicitation) {
     }
   };
   expect_stop(
-      [b](Simulation& sim) {
-        sim.spawn(0, [b](Thread& t) {
-          t.barrier(b, 2);
-          t.barrier(b, 2);
-        });
-        sim.spawn(1, [b](Thread& t) {
-          t.barrier(b, 2);
-          t.barrier(b, 2);
-        });
-      },
+      both_at_barrier(b, 2),
       "node 0: bad 'barrier.arrive' message from node 1: malformed: barrier " +
           fmt::format("{:#x}", b) +
           ": episode 1 completes, but no arrival of node 1 answered the solicitation in its "
@@ -532,20 +526,10 @@ TEST(PeerInputDeathTest, ReleaseAnsweringARequestNeverMade) {
       std::memcpy(payload->data(), &answer_to, sizeof answer_to);
     }
   };
-  expect_stop(
-      [b](Simulation& sim) {
-        sim.spawn(0, [b](Thread& t) {
-          t.barrier(b, 2);
-          t.barrier(b, 2);
-        });
-        sim.spawn(1, [b](Thread& t) {
-          t.barrier(b, 2);
-          t.barrier(b, 2);  // solicited: the arrival answers node 0's solicitation
-        });
-      },
-      "node 1: node 0 answered request 2199023255552 (barrier.arrive), which is not "
-      "pending here (answered before, or never made)",
-      o);
+  expect_stop(both_at_barrier(b, 2),  // node 1's second arrival answers node 0's solicitation
+              "node 1: node 0 answered request 2199023255552 (barrier.arrive), which is not "
+              "pending here (answered before, or never made)",
+              o);
 }
 
 TEST(PeerInputDeathTest, PageReplyOfAnUnknownKind) {
