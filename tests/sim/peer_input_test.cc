@@ -646,9 +646,41 @@ TEST(PeerInputDeathTest, HomeWaitingForAWriteNobodyDiffed) {
           (void)t.read(*a + 2 * kPage);
         });
       },
-      "node 1: page 2: node 0's write notice of interval 1 names it, but node 0 sent this node, "
-      "its home, no diff of it",
+      "node 1: page 2: a write notice of node 0's interval 1, but node 0 sent this node, its "
+      "home, no diff of it",
       o);
+}
+
+// Found by the handlers fuzz target: a forged barrier release told node 1 that node 0's first
+// interval wrote page 0, which node 0 (its home) never announced; node 1's request for the page
+// needed that interval, node 0 held it until its copy would have it, and both waited forever. A
+// home refuses a need it can tell will never be met: one of its own intervals that did not
+// write the page (or that it never closed).
+TEST(PeerInputDeathTest, PageRequestNeedingAWriteTheHomeNeverMade) {
+  auto a = std::make_shared<uint64_t>(0);
+  expect_stop(
+      [a](Simulation& sim) {
+        const uint64_t base = sim.region_base();
+        sim.spawn(0, [a](Thread& t) {
+          *a = t.alloc(kPage, memory::Placement::kNode, 0);
+          t.write(*a, 1);
+          t.barrier(barrier_id(0), 2);
+          t.barrier(barrier_id(0), 2);
+        });
+        sim.spawn(1, [a, base](Thread& t) {
+          t.barrier(barrier_id(0), 2);
+          std::vector<std::byte> req;
+          hl::ByteWriter w(&req);
+          w.u64((*a - base) / kPage);
+          w.u32(1);  // a version of one entry: node 0's interval 5
+          w.u32(0);
+          w.u32(5);
+          t.inject(0, hl::msg::kPageRequest, req, /*request=*/true);
+          t.barrier(barrier_id(0), 2);
+        });
+      },
+      "node 0: bad 'hlrc.page_request' message from node 1: malformed: page 0: a need of this "
+      "node's interval 5, which did not write it");
 }
 
 // Found by the handlers fuzz target (in CI's 5-second run): node 0's answer that node 1 owns

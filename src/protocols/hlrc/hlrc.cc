@@ -413,7 +413,7 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
       // home may have moved meanwhile.)
       if (!stall.diffs_checked) {
         stall.diffs_checked = true;
-        undiffed = check_diffs_coming(page, e, &culprit);
+        undiffed = check_diffs_coming(page, e, e.required, &culprit);
         if (!undiffed.is_ok()) continue;  // fails the job without the page's lock
       }
       int64_t t0 = now();
@@ -1582,24 +1582,40 @@ Status Hlrc::store_notices(ByteReader& r) {
   return Status::ok();
 }
 
-Status Hlrc::check_diffs_coming(PageId page, const PageEntry& e, comm::NodeId* culprit) {
-  // why: a home's fault waits until the master holds every write its notices named: the diffs
-  // of writers that are not the home. A notice whose writer sent no diff of the page (it took
-  // itself for the home, or the page for another protocol's) would leave it waiting forever.
-  // Only a peer's error gets here: an answer that placed the page differently at two nodes.
+Status Hlrc::check_diffs_coming(PageId page, const PageEntry& e, const VersionVec& need,
+                                comm::NodeId* culprit) {
+  // why: a home waits until the master holds every write its notices (or a requester's need)
+  // named: the diffs of writers that are not the home. A write whose writer sent no diff of the
+  // page (it took itself for the home, or the page for another protocol's), or that its
+  // writer's record does not name at all, would leave it waiting forever. Only a peer's error
+  // gets here: an answer that placed the page differently at two nodes, a forged notice.
   // (A page that moved here came with every write its old home had announced.)
   MutexLock l(notices_mu_);
-  for (const auto& [w, i] : e.required.entries()) {
-    if (w == me_ || e.version.get(w) >= i) continue;
+  for (const auto& [w, i] : need.entries()) {
+    if (e.version.get(w) >= i) continue;
+    if (w == me_) {
+      // This node's own writes of its home page are in the master when it closes the interval
+      // (checked for a requester's need only: a fault's own wait never names them).
+      if (culprit == nullptr) {
+        const Record* own = store_.find(me_, i);
+        if (i > store_.known()[me_] ||
+            (own != nullptr && !std::binary_search(own->pages.begin(), own->pages.end(), page)))
+          return Status::malformed(
+              fmt::format("page {}: a need of this node's interval {}, which did not write it: {}",
+                          page, i, dump_page(page)));
+      }
+      continue;
+    }
     const Record* r = store_.find(w, i);  // the last interval of w that wrote the page
-    if (r == nullptr) continue;           // collected: every node applied it
-    if (std::binary_search(r->pages.begin(), r->pages.end(), page) &&
-        !std::binary_search(r->diffed.begin(), r->diffed.end(), page)) {
-      *culprit = w;
+    if (r == nullptr) continue;           // not known yet, or collected: every node applied it
+    const bool listed = std::binary_search(r->pages.begin(), r->pages.end(), page);
+    if (!listed || !std::binary_search(r->diffed.begin(), r->diffed.end(), page)) {
+      if (culprit != nullptr) *culprit = w;
       return Status::malformed(fmt::format(
-          "page {}: node {}'s write notice of interval {} names it, but node {} sent this node, "
-          "its home, no diff of it: {}",
-          page, w, i, w, dump_page(page)));
+          "page {}: {} node {}'s interval {}, but node {} sent this node, its home, no diff of it: "
+          "{}",
+          page, listed ? "a write notice of" : "a need of a write that is not in", w, i, w,
+          dump_page(page)));
     }
   }
   return Status::ok();
@@ -1683,6 +1699,10 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
     // home which nodes hold copies, and it keeps the page private if none does (a copy served
     // now would be one it does not know of). Taken: the request is redirected there; declined:
     // answered here.
+    // A need this home can tell will never be met (a write of its own it never made, a write
+    // whose writer sent no diff) is the requester's error: held, it would wait forever.
+    if (!e.version.covers(need) && e.state != st(PageState::kHomeMoving))
+      if (Status s = check_diffs_coming(page, e, need, nullptr); !s) return s;
     if ((!e.version.covers(need) && opts_.mutant != Options::Mutant::kNoVersionWait) ||
         e.state == st(PageState::kHomeMoving)) {
       // note: the reader is counted when it is answered (share_locked), also after a hold.

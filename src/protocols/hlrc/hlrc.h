@@ -265,9 +265,12 @@ class Hlrc final : public Protocol, public Consistency {
     bool reported;
     bool diffs_checked = false;  // check_diffs_coming ran (once per fault)
   };
-  // kMalformed naming the writer (`culprit`) if this home's page waits for a write that no diff
-  // will bring: a notice of it whose writer sent no diff. Under the page's lock.
-  Status check_diffs_coming(memory::PageId page, const memory::PageEntry& e, comm::NodeId* culprit)
+  // kMalformed if this home's page would wait for a write of `need` that no diff will bring: a
+  // notice of it whose writer sent no diff, or (a requester's need, `culprit` null) a write the
+  // writer's record does not name, or one of this node's own it never made. With `culprit`
+  // (a fault's own wait, need = the page's required), names the writer. Under the page's lock.
+  Status check_diffs_coming(memory::PageId page, const memory::PageEntry& e,
+                            const memory::VersionVec& need, comm::NodeId* culprit)
       EXCLUDES(notices_mu_);
   bool fetch(memory::PageId page, bool is_write, Stall& stall);
   // A fault waits on its page's stripe (condition variable) for a while, then reports a long
