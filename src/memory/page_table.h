@@ -68,6 +68,10 @@ struct PageEntry {
   // hot set, but has not yet raised its version for that interval: it must not be offered to
   // another node meanwhile (the master would travel with the older version).
   bool announcing = false;
+  // HLRC, home migration: this node agreed to take the page's home once the old home has the
+  // diffs of it still on their way there; until that home's final offer, the node's releases
+  // keep the page's new writes under its twin (no diff) and its fetches of the page wait.
+  bool taking = false;
   uint32_t last_flush = 0;  // interval of this node's last diff sent for the page
   std::unique_ptr<std::byte[]> twin;
   VersionVec required;  // writes this node must see before using the page

@@ -461,6 +461,8 @@ nlohmann::json Runtime::dsm_json() const {
   j["homes_moved"] = v(c.homes_moved);
   j["homes_taken"] = v(c.homes_taken);
   j["home_offers_declined"] = v(c.offers_declined);
+  j["home_offers_deferred"] = v(c.offers_deferred);
+  j["diffs_held_back"] = v(c.diffs_held_back);
   j["home_redirects_sent"] = v(c.redirects_sent);
   j["home_redirects_followed"] = v(c.redirects_followed);
   j["write_hints"] = v(c.write_hints);

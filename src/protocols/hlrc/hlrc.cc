@@ -156,8 +156,13 @@ std::vector<memory::PageRun> runs_of(const Pages& pages) {
 struct HomeAnswer {
   uint64_t page;
   uint32_t moves;
-  uint32_t accepted;
+  uint32_t accepted;  // kDeclined, kTaken or kTakenAfterDiffs
+  uint32_t through;   // kTakenAfterDiffs: the taker's last diff of the page sent to the old home
+  uint32_t reserved;  // 0
 };
+constexpr uint32_t kDeclined = 0, kTaken = 1, kTakenAfterDiffs = 2;
+// `hlrc.home_offer` flags.
+constexpr uint32_t kOfferShared = 1, kOfferFinal = 2;
 
 }  // namespace
 
@@ -280,9 +285,10 @@ std::string Hlrc::dump_page(PageId page) {
   if (e == nullptr) return fmt::format("page {}: no entry", page);
   return fmt::format(
       "page {} on node {}: home={} (moved {}x) state={} prot={} fetching={} dirty={} tracked={} "
-      "announcing={} twin={} last_flush={} required={} version={} streak={}x{} readers={}",
+      "announcing={} taking={} twin={} last_flush={} required={} version={} streak={}x{} "
+      "readers={}",
       page, me_, e->home, e->home_moves, state_name(e->state), memory::prot_name(e->prot),
-      e->fetching, e->in_dirty_list, e->write_tracked, e->announcing, e->twin != nullptr,
+      e->fetching, e->in_dirty_list, e->write_tracked, e->announcing, e->taking, e->twin != nullptr,
       e->last_flush, e->required.to_string(), e->version.to_string(), e->streak_writer, e->streak,
       fmt::join(e->copyset, ","));
 }
@@ -459,6 +465,11 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
         if (e.fetching) {
           // Another thread of this node is fetching the page: one fetch serves both.
           wait_on_page(page, is_write, stall, "another thread's fetch");
+          continue;
+        }
+        if (e.taking) {
+          // Its home is coming here (the old home's final offer): no copy to fetch meanwhile.
+          wait_on_page(page, is_write, stall, "the final offer of its home");
           continue;
         }
         e.fetching = true;
@@ -781,7 +792,10 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
         }
         continue;
       }
-      if (e.prot == Prot::kReadWrite && e.state != st(PageState::kHomePrivate)) open.push_back(p);
+      // (a page this node is taking keeps its twin and stays open: its diff is held back)
+      if (e.prot == Prot::kReadWrite && e.state != st(PageState::kHomePrivate) &&
+          !(e.taking && e.twin != nullptr))
+        open.push_back(p);
     }
     protect_ranges(open, Prot::kRead);
     if (!arm.empty()) {
@@ -823,6 +837,20 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
         continue;
       }
       if (e.twin == nullptr) continue;
+      if (e.taking) {
+        // This node takes the page's home once the old home has our diffs in flight
+        // (on_home_offer): a diff sent now would come back forwarded, after newer writes. The
+        // writes stay under the twin, announced as diffed (the new home holds them), and the page
+        // stays listed, so that each release announces it until the final offer makes them the
+        // home's.
+        e.required.raise(me_, interval);
+        e.version.raise(me_, interval);
+        rec.pages.push_back(p);
+        rec.diffed.push_back(p);
+        add_dirty(p, e);
+        counters_.diffs_held_back.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
       DiffBatch& b = batches[e.home];
       ByteWriter w(&b.bytes);
       size_t at = w.size();
@@ -1133,7 +1161,7 @@ std::vector<Hlrc::ExtraPage> Hlrc::claim_ahead(PageId page, int32_t home, uint32
     if (e->home != home || e->protocol != kHlrcId) break;
     if (e->state == st(PageState::kReadOnly) || e->state == st(PageState::kWritable)) continue;
     if ((e->state != st(PageState::kInvalid) && e->state != st(PageState::kUnknown)) ||
-        e->fetching || e->twin != nullptr)
+        e->fetching || e->twin != nullptr || e->taking)
       break;
     e->fetching = true;
     out.push_back({q, e->required});
@@ -1268,7 +1296,7 @@ void Hlrc::apply_records(const std::vector<Record>& records) {
       } else if (e.state == st(PageState::kReadOnly) || e.state == st(PageState::kWritable) ||
                  e.state == st(PageState::kPushed)) {
         // A clean copy this node was using is likely to be used again: fetch it now.
-        if (opts_.prefetch && e.state == st(PageState::kReadOnly) && !e.fetching) {
+        if (opts_.prefetch && e.state == st(PageState::kReadOnly) && !e.fetching && !e.taking) {
           e.fetching = true;
           std::vector<Prefetch>& runs = prefetch[e.home];
           if (runs.empty() || runs.back().extras.size() + 1 >= kMaxBatchPages ||
@@ -1481,6 +1509,7 @@ bool Hlrc::install_push_locked(PageId page, PageEntry& e) {
 
 bool Hlrc::install_copy_locked(PageId page, PageEntry& e, PushedCopy c) {
   const bool fits = e.home == static_cast<int32_t>(c.from) && e.twin == nullptr && !e.fetching &&
+                    !e.taking &&
                     (e.state == st(PageState::kReadOnly) || e.state == st(PageState::kInvalid) ||
                      e.state == st(PageState::kPushed)) &&
                     (c.version.covers(e.required) || opts_.mutant == Options::Mutant::kPushStale) &&
@@ -1916,7 +1945,9 @@ Status Hlrc::take_diff(PageId page, uint32_t writer, uint32_t interval, uint32_t
         "twice, or out of its order: {}",
         writer, interval, page, prev, writer, e.version.get(writer), dump_page(page)));
   if (diff.empty()) {
-    // A write hint (release_locked): the writer wrote the page but changed nothing.
+    // A write hint (release_locked): the writer wrote the page but changed nothing. (While the
+    // page is offered, the streak names the node it is offered to.)
+    if (e.state == st(PageState::kHomeMoving)) return Status::ok();
     if (e.streak_writer == static_cast<int32_t>(writer)) {
       ++e.streak;
     } else {
@@ -1926,7 +1957,13 @@ Status Hlrc::take_diff(PageId page, uint32_t writer, uint32_t interval, uint32_t
   } else {
     apply_diff_locked(page, e, writer, interval, prev, diff, ready);
   }
-  maybe_offer_locked(page, e, out);
+  if (e.state == st(PageState::kHomeMoving)) {
+    // Held (apply_diff_locked); applied now if it is one a conditional taker's final offer
+    // waits for.
+    advance_take_locked(page, e, out);
+  } else {
+    maybe_offer_locked(page, e, out);
+  }
   return Status::ok();
 }
 
@@ -2076,6 +2113,11 @@ void Hlrc::maybe_offer_locked(PageId page, PageEntry& e, std::vector<Outgoing>* 
     e.prot = Prot::kNone;
     space_.protect(page, 1, e.prot);
   }
+  out->push_back({to, msg::kHomeOffer, offer_payload(page, e, to, false)});
+  counters_.home_offers.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::vector<std::byte> Hlrc::offer_payload(PageId page, PageEntry& e, comm::NodeId to, bool final) {
   std::vector<std::byte> payload;
   payload.reserve(kPageBytes + 64 + 8 * e.version.entries().size());
   ByteWriter w(&payload);
@@ -2083,38 +2125,88 @@ void Hlrc::maybe_offer_locked(PageId page, PageEntry& e, std::vector<Outgoing>* 
   w.u32(e.home_moves + 1);
   // Whether a node other than the new home may hold a copy (this node drops its own if the offer
   // is taken): if none does, the page is private at its new home.
-  w.u32(others_may_hold(e, to) ? 1 : 0);
+  w.u32((others_may_hold(e, to) ? kOfferShared : 0) | (final ? kOfferFinal : 0));
   write_version(w, e.version);
   w.bytes({space_.sys_page(page), kPageBytes});
-  out->push_back({to, msg::kHomeOffer, std::move(payload)});
-  counters_.home_offers.fetch_add(1, std::memory_order_relaxed);
+  return payload;
+}
+
+void Hlrc::advance_take_locked(PageId page, PageEntry& e, std::vector<Outgoing>* out) {
+  PendingTake take;
+  {
+    MutexLock h(held_mu_);
+    auto pt = pending_takes_.find(page);
+    if (pt == pending_takes_.end()) return;
+    take = pt->second;
+    // The taker's diffs that are next in its order (the others stay held, to be forwarded).
+    for (bool progress = true; progress;) {
+      progress = false;
+      auto it = held_diffs_.find(page);
+      if (it == held_diffs_.end()) break;
+      auto& v = it->second;
+      for (size_t k = 0; k < v.size(); ++k) {
+        if (v[k].writer != take.to || v[k].prev != e.version.get(take.to)) continue;
+        HeldDiff d = std::move(v[k]);
+        v.erase(v.begin() + static_cast<ptrdiff_t>(k));
+        if (v.empty()) held_diffs_.erase(it);
+        Status s = memory::diff_apply(d.diff, space_.sys_page(page));
+        LOOM_CHECK(s.is_ok(), "held diff for page {}: {}", page, s.to_string());
+        e.version.raise(d.writer, d.interval);
+        counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
+        counters_.diff_bytes_applied.fetch_add(d.diff.size(), std::memory_order_relaxed);
+        progress = true;
+        break;
+      }
+    }
+    if (e.version.get(take.to) < take.through) return;
+    pending_takes_.erase(pt);
+  }
+  out->push_back({take.to, msg::kHomeOffer, offer_payload(page, e, take.to, true)});
 }
 
 // The node a home offers its page to. Runs on the server thread.
 Status Hlrc::on_home_offer(comm::Incoming& in) {
   ByteReader r(in.payload());
   uint64_t page;
-  uint32_t moves, shared;
+  uint32_t moves, flags;
   VersionVec version;
   std::span<const std::byte> data;
   if (!r.u64(&page) || page >= space_.heap_pages() || !r.u32(&moves) || moves == 0 ||
-      !r.u32(&shared) || shared > 1 || !read_version(r, nodes_, &version).is_ok() ||
-      !r.bytes(kPageBytes, &data) || r.left() != 0)
+      !r.u32(&flags) || flags > (kOfferShared | kOfferFinal) ||
+      !read_version(r, nodes_, &version).is_ok() || !r.bytes(kPageBytes, &data) || r.left() != 0)
     return Status::malformed(fmt::format("home offer of page {}: bad payload", page));
+  const bool shared = (flags & kOfferShared) != 0;
+  const bool final = (flags & kOfferFinal) != 0;
   PageEntry& e = table_.at(page);
-  HomeAnswer answer{page, moves, 0};
+  HomeAnswer answer{page, moves, kDeclined, 0, 0};
   {
     MutexLock l(table_.lock_of(page));
     if (Status s = check_page_protocol(page, e, kHlrcId, "home offer"); !s) return s;
-    if (e.home == static_cast<int32_t>(me_) || moves <= e.home_moves)
-      return Status::malformed(fmt::format("home offer of page {} (move {}) from node {}: {}", page,
-                                           moves, in.src(), dump_page(page)));
-    // Accept only if the offered master is the base of this node's copy: no diff of ours still
-    // on its way to the old home (it would come back after our newer writes), no fetch in
-    // flight (its reply would be installed over the master).
-    // And only if our copy is not newer than the master: the diffs it has beyond the master were
-    // applied at the old home after the offer and will come forwarded, over our later writes.
-    if (!e.fetching && version.get(me_) == e.last_flush && version.covers(e.version)) {
+    // A final offer is the one this node took on condition (and nothing else is); its master
+    // has every diff of ours (we sent none since).
+    if (e.home == static_cast<int32_t>(me_) || moves <= e.home_moves || final != e.taking ||
+        (final && version.get(me_) != e.last_flush))
+      return Status::malformed(
+          fmt::format("home offer of page {} (move {}, flags {}) from node {}: {}", page, moves,
+                      flags, in.src(), dump_page(page)));
+    // The offered master must be the base of this node's copy, or become it:
+    // - our copy may not be newer than the master: the diffs it has beyond the master were
+    //   applied at the old home after the offer and will come forwarded, over our later writes;
+    // - no fetch in flight: its reply would be installed over the master;
+    // - no diff of ours still on its way to the old home: it would come back forwarded, after
+    //   our newer writes. Then the page is taken on condition: the old home applies those diffs
+    //   and offers the page again (final), and until then our releases hold back the page's
+    //   diffs (docs/protocols/hlrc.md#home-migration).
+    VersionVec ours = version;
+    ours.raise(me_, e.last_flush);
+    const bool base = !e.fetching && ours.covers(e.version);
+    if (base && !final && version.get(me_) < e.last_flush) {
+      e.taking = true;
+      answer.accepted = kTakenAfterDiffs;
+      answer.through = e.last_flush;
+      counters_.offers_deferred.fetch_add(1, std::memory_order_relaxed);
+    } else if (final || (base && version.get(me_) == e.last_flush)) {
+      LOOM_CHECK(!e.fetching, "a final home offer while the page is fetched: {}", dump_page(page));
       // The copy is its base (the twin if it has unreleased local writes, else the copy itself,
       // at e.version) plus those local writes. Bring in only what the master has beyond the
       // base: the bytes other nodes wrote in intervals this copy lacks. The local writes stay in
@@ -2138,23 +2230,26 @@ Status Hlrc::on_home_offer(comm::Incoming& in) {
       e.twin.reset();
       e.home = static_cast<int32_t>(me_);
       e.home_moves = moves;
+      // (our writes the releases held back are in place, and announced: ours to cover)
+      version.raise(me_, e.version.get(me_));
       e.version = std::move(version);
+      e.taking = false;
       e.streak_writer = memory::kHomeUnknown;
       e.streak = 0;
       e.sole_reader = memory::kHomeUnknown;
-      e.many_readers = shared != 0;  // the old home's readers may still hold copies
+      e.many_readers = shared;  // the old home's readers may still hold copies
       // No other node holds a copy: private, as a home page nobody fetched (its writes need no
       // detection and no notices until a node fetches it). Local writes listed in the dirty
       // list stay there; the release skips private pages.
-      e.state = st(shared != 0 ? PageState::kHomeShared : PageState::kHomePrivate);
+      e.state = st(shared ? PageState::kHomeShared : PageState::kHomePrivate);
       // note: a copy that lacks announced writes waits for them as a home does (fault_home).
-      Prot prot = shared == 0 || e.in_dirty_list ? Prot::kReadWrite
-                                                 : (e.prot == Prot::kNone ? e.prot : Prot::kRead);
+      Prot prot = !shared || e.in_dirty_list ? Prot::kReadWrite
+                                             : (e.prot == Prot::kNone ? e.prot : Prot::kRead);
       if (!e.version.covers(e.required)) prot = Prot::kNone;
       e.prot = prot;
       space_.protect(page, 1, e.prot);
       table_.notify(page);
-      answer.accepted = 1;
+      answer.accepted = kTaken;
       counters_.homes_taken.fetch_add(1, std::memory_order_relaxed);
     } else {
       counters_.offers_declined.fetch_add(1, std::memory_order_relaxed);
@@ -2165,24 +2260,49 @@ Status Hlrc::on_home_offer(comm::Incoming& in) {
 
 // The old home, told whether its offer was taken. Runs on the server thread.
 Status Hlrc::on_home_answer(comm::Incoming& in) {
-  if (in.payload().size() != sizeof(HomeAnswer)) return Status::malformed("home answer: size");
-  HomeAnswer a;
+  HomeAnswer a{};
+  if (in.payload().size() != sizeof(HomeAnswer)) {
+    if (in.payload().size() < sizeof a.page) return Status::malformed("home answer: truncated");
+    std::memcpy(&a.page, in.payload().data(), sizeof a.page);
+    return Status::malformed(fmt::format("home answer for page {}: {} bytes, not {}", a.page,
+                                         in.payload().size(), sizeof(HomeAnswer)));
+  }
   std::memcpy(&a, in.payload().data(), sizeof a);
-  if (a.page >= space_.heap_pages() || a.accepted > 1)
+  if (a.page >= space_.heap_pages() || a.accepted > kTakenAfterDiffs || a.reserved != 0 ||
+      (a.through != 0) != (a.accepted == kTakenAfterDiffs))
     return Status::malformed(fmt::format("home answer for page {}: bad payload", a.page));
   PageEntry& e = table_.at(a.page);
   Batches forward;
   std::vector<HeldRequest> redirect;
   std::vector<ReadyReply> ready;
   std::vector<std::byte> moved;
+  std::vector<Outgoing> out;
   {
     MutexLock l(table_.lock_of(a.page));
     if (Status s = check_page_protocol(a.page, e, kHlrcId, "home answer"); !s) return s;
-    if (e.state != st(PageState::kHomeMoving) || a.moves != e.home_moves + 1)
-      return Status::malformed(fmt::format("home answer for page {} (move {}) from node {}: {}",
-                                           a.page, a.moves, in.src(), dump_page(a.page)));
+    bool pending;
+    {
+      MutexLock h(held_mu_);
+      pending = pending_takes_.count(a.page) != 0;
+    }
+    // note: a taker's diffs the old home has already applied cannot be the ones it waits for.
+    if (e.state != st(PageState::kHomeMoving) || a.moves != e.home_moves + 1 || pending ||
+        (a.accepted == kTakenAfterDiffs && a.through <= e.version.get(in.src())))
+      return Status::malformed(
+          fmt::format("home answer {} for page {} (move {}, through {}) from node {}: {}",
+                      a.accepted, a.page, a.moves, a.through, in.src(), dump_page(a.page)));
+    if (a.accepted == kTakenAfterDiffs) {
+      // Taken once this home has the taker's diffs that are on their way: still offered (local
+      // faults, requests and other writers' diffs wait), those diffs are applied as they come,
+      // and then the final offer goes.
+      {
+        MutexLock h(held_mu_);
+        pending_takes_[a.page] = {in.src(), a.through};
+      }
+      advance_take_locked(a.page, e, &out);
+    }
     std::vector<HeldDiff> held;
-    if (a.accepted == 1) {
+    if (a.accepted == kTaken) {
       // The diffs held here (those that arrived during the offer, and any waiting for an earlier
       // one) go to the new home, which applies each writer's in order. Requests waiting here are
       // sent there.
@@ -2196,7 +2316,7 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
         held_requests_.erase(it);
       }
     }
-    if (a.accepted == 0) {
+    if (a.accepted == kDeclined) {
       e.state = st(PageState::kHomeShared);
       e.streak_writer = memory::kHomeUnknown;
       e.streak = 0;
@@ -2206,7 +2326,7 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
       // Still the home: apply what arrived during the offer, and answer the requests it
       // satisfies.
       apply_held_locked(a.page, e, &ready);
-    } else {
+    } else if (a.accepted == kTaken) {
       e.home = static_cast<int32_t>(in.src());
       e.home_moves = a.moves;
       e.copyset.clear();  // the new home learns its readers from their requests
@@ -2237,6 +2357,8 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
     Status s = send_page_reply(rr.to, std::move(rr.payload), rr.extras);
     if (!s) LOOM_WARN("answering a held request: {}", s.to_string());
   }
+  for (Outgoing& o : out)
+    if (Status s = comm_.send(o.to, o.type, o.payload); !s) return s;
   send_entry_batches(msg::kForwardedDiffs, forward);
   for (const HeldRequest& h : redirect) {
     counters_.redirects_sent.fetch_add(1, std::memory_order_relaxed);

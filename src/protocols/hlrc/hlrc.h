@@ -89,8 +89,9 @@ struct Counters {
       prefetches{0}, prefetches_dropped{0}, gc_rounds{0},
       // home migration: offers made / accepted here, homes taken, declines, redirects answered
       // and followed, diffs forwarded to a page's new home
-      home_offers{0}, homes_moved{0}, homes_taken{0}, offers_declined{0}, redirects_sent{0},
-      redirects_followed{0}, diffs_forwarded{0}, fault_ns{0},  // time inside the fault handler
+      home_offers{0}, homes_moved{0}, homes_taken{0}, offers_declined{0}, offers_deferred{0},
+      diffs_held_back{0}, redirects_sent{0}, redirects_followed{0}, diffs_forwarded{0},
+      fault_ns{0},       // time inside the fault handler
       fetch_wait_ns{0},  // of which waiting for page replies (request + transfer)
       // barrier pushes: pages sent as a home, installed, used (first access), declined (unused
       // by the next barrier), dropped (arrived too old, or for a copy with local writes)
@@ -420,6 +421,14 @@ class Hlrc final : public Protocol, public Consistency {
   // streak is long enough and the page can move now.
   void maybe_offer_locked(memory::PageId page, memory::PageEntry& e, std::vector<Outgoing>* out)
       REQUIRES(table_.lock_of(page));
+  // The `hlrc.home_offer` of the page's master to `to`; `final`: an offer `to` took on
+  // condition (its diffs were on their way here), which it must take now.
+  std::vector<std::byte> offer_payload(memory::PageId page, memory::PageEntry& e, comm::NodeId to,
+                                       bool final) REQUIRES(table_.lock_of(page));
+  // Home side, while a node takes the page on condition: applies the taker's held diffs that are
+  // next in its order, and makes the final offer once the last of those it named is in.
+  void advance_take_locked(memory::PageId page, memory::PageEntry& e, std::vector<Outgoing>* out)
+      REQUIRES(table_.lock_of(page));
   // The reply to a request that reached a node that is not (any more) the page's home.
   static std::vector<std::byte> moved_reply(const memory::PageEntry& e);
   Status on_forwarded_diffs(comm::Incoming& in);
@@ -473,6 +482,13 @@ class Hlrc final : public Protocol, public Consistency {
   Mutex held_mu_;
   std::unordered_map<memory::PageId, std::vector<HeldRequest>> held_requests_ GUARDED_BY(held_mu_);
   std::unordered_map<memory::PageId, std::vector<HeldDiff>> held_diffs_ GUARDED_BY(held_mu_);
+  // Home migration: offers taken on condition (the taker's diffs up to `through` are still on
+  // their way here); the final offer goes when they have all been applied.
+  struct PendingTake {
+    comm::NodeId to;
+    uint32_t through;
+  };
+  std::unordered_map<memory::PageId, PendingTake> pending_takes_ GUARDED_BY(held_mu_);
 
   // Barrier pushes. Lock order: a stripe lock, then push_mu_ (nothing is taken under it).
   Mutex push_mu_;
