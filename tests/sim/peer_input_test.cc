@@ -426,6 +426,44 @@ TEST(PeerInputDeathTest, HomeProtocolMessagesAboutAPageOfAnotherProtocol) {
   }
 }
 
+// A final home offer (docs/protocols/hlrc.md#home-migration) is the second offer of a page its
+// receiver took on condition; sent to a node that is not taking the page it would make that node
+// a home without its promise to hold back its diffs. Node 1 reads node 0's page, then node 0
+// sends it a final offer of that page out of the blue.
+TEST(PeerInputDeathTest, FinalHomeOfferToANodeNotTakingThePage) {
+  auto a = std::make_shared<uint64_t>(0);
+  expect_stop(
+      [a](Simulation& sim) {
+        comm::MsgType type = 0;
+        while (sim.comm(0).registry().name_of(type) != "hlrc.home_offer") ++type;
+        const uint64_t base = sim.region_base();
+        sim.spawn(0, [a, type, base](Thread& t) {
+          *a = t.alloc(kPage, memory::Placement::kNode, 0);
+          t.write(*a, 1);
+          t.barrier(barrier_id(0), 2);
+          t.barrier(barrier_id(0), 2);
+          std::vector<std::byte> b;
+          hl::ByteWriter w(&b);
+          w.u64((*a - base) / kPage);
+          w.u32(1);  // move 1
+          w.u32(2);  // final
+          w.u32(0);  // version: no entries
+          std::vector<std::byte> page(kPage);
+          w.bytes(page);
+          t.inject(1, type, b, /*request=*/false);
+          t.barrier(barrier_id(0), 2);
+        });
+        sim.spawn(1, [a](Thread& t) {
+          t.barrier(barrier_id(0), 2);
+          EXPECT_EQ(t.read(*a), 1u);
+          t.barrier(barrier_id(0), 2);
+          t.barrier(barrier_id(0), 2);
+        });
+      },
+      "node 1: bad 'hlrc.home_offer' message from node 0: malformed: home offer of page 0 (move "
+      "1, flags 2) from node 0");
+}
+
 // Replies, parsed by the application thread that waits for them.
 
 // Both nodes' one thread waits at barrier `b`, `times` times (from the second on, node 1's
