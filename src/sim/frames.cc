@@ -35,6 +35,7 @@ void SimFrames::protect(PageId first, size_t count, Prot prot) {
 
 void SimFrames::track_writes(PageId first, size_t count) {
   LOOM_CHECK(tracking_ && first + count <= num_pages(), "track_writes({}, {})", first, count);
+  ++track_calls_;
   for (PageId p = first; p < first + count; ++p) armed_.insert(p);
 }
 

@@ -42,12 +42,14 @@ class SimFrames final : public memory::PageFrames {
   }
 
   uint64_t protect_calls() const { return protect_calls_; }
+  uint64_t track_calls() const { return track_calls_; }  // track_writes() calls
   size_t frames() const { return frames_.size(); }
 
  private:
   mutable std::unordered_map<memory::PageId, std::unique_ptr<std::byte[]>> frames_;
   std::unordered_map<memory::PageId, memory::Prot> prot_;  // absent: kNone
   uint64_t protect_calls_ = 0;
+  uint64_t track_calls_ = 0;
   const bool tracking_;
   std::unordered_set<memory::PageId> armed_;  // write tracking: armed pages
 };

@@ -686,4 +686,12 @@ memory::Heap::Stats Simulation::heap_stats(uint32_t node) const {
   return nodes_.at(node)->heap->stats();
 }
 
+uint64_t Simulation::protect_calls(uint32_t node) const {
+  return nodes_.at(node)->frames->protect_calls();
+}
+
+uint64_t Simulation::track_calls(uint32_t node) const {
+  return nodes_.at(node)->frames->track_calls();
+}
+
 }  // namespace loom::sim

@@ -195,6 +195,9 @@ class Simulation {
   const sync::LockCounters& lock_counters(uint32_t node) const;
   // The heap counters of one node (allocations, home queries, first touches).
   memory::Heap::Stats heap_stats(uint32_t node) const;
+  // The calls one node's frames took to change protection, and to arm pages (write tracking).
+  uint64_t protect_calls(uint32_t node) const;
+  uint64_t track_calls(uint32_t node) const;
   // Condition waiters woken on registration because a signal had overtaken them (all nodes).
   uint64_t cond_overtaken() const;
 

@@ -290,6 +290,49 @@ TEST(SimTest, AHomeOfferFindingTheWritersDiffInFlightIsTakenOnCondition) {
   EXPECT_GT(held_back, 0u);
 }
 
+// A home that initialised the data serves a reader's first fetches (SOR initialised by node 0):
+// the private pages a request's fetch-ahead brings are armed (write tracking) or write-protected
+// in one call per run before they are copied, not one call per page. Node 0 writes 64 pages,
+// node 1 reads them in order with fetch-ahead 8, then node 0 writes each again and node 1 reads
+// the new values (the writes after the copy were tracked).
+TEST(SimTest, AFetchAheadRequestArmsItsPagesInOneCall) {
+  constexpr uint64_t kPages = 64;
+  for (bool tracking : {true, false}) {
+    Options o;
+    o.nodes = 2;
+    o.hlrc.fetch_ahead = 8;
+    o.write_tracking = tracking;
+    Simulation sim(o);
+    auto base = std::make_shared<uint64_t>(0);
+    auto calls = std::make_shared<uint64_t>(0);
+    sim.spawn(0, [base](Thread& t) {
+      *base = t.alloc(kPages * 4096, memory::Placement::kNode, 0);
+      for (uint64_t p = 0; p < kPages; ++p) t.write(*base + p * 4096, p + 1);
+      t.barrier(barrier_id(0), 2);
+      t.barrier(barrier_id(0), 2);
+      for (uint64_t p = 0; p < kPages; ++p) t.write(*base + p * 4096, p + 100);
+      t.barrier(barrier_id(0), 2);
+    });
+    sim.spawn(1, [base, calls, tracking](Thread& t) {
+      t.barrier(barrier_id(0), 2);
+      const uint64_t before = tracking ? t.sim().track_calls(0) : t.sim().protect_calls(0);
+      for (uint64_t p = 0; p < kPages; ++p) EXPECT_EQ(t.read(*base + p * 4096), p + 1);
+      *calls = (tracking ? t.sim().track_calls(0) : t.sim().protect_calls(0)) - before;
+      t.barrier(barrier_id(0), 2);
+      t.barrier(barrier_id(0), 2);
+      for (uint64_t p = 0; p < kPages; ++p) EXPECT_EQ(t.read(*base + p * 4096), p + 100);
+    });
+    Status st = sim.run();
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    const uint64_t requests = sim.hlrc_counters(1).read_faults.load();
+    std::printf("%s: %llu requests, %llu calls\n", tracking ? "tracking" : "mprotect",
+                static_cast<unsigned long long>(requests), static_cast<unsigned long long>(*calls));
+    // One for a request's own page and one for its run of extra pages (before: one per page).
+    EXPECT_LE(*calls, 2 * requests) << (tracking ? "arm" : "protect") << " calls";
+    EXPECT_LT(*calls, kPages / 2);
+  }
+}
+
 // Solicited arrivals (sync/barriers.h): from the second episode on, every node's arrival
 // answers the solicitation the manager sent with the previous release, instead of being a new
 // request for the manager's server thread.

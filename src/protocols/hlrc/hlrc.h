@@ -288,7 +288,10 @@ class Hlrc final : public Protocol, public Consistency {
   void add_dirty(memory::PageId page, memory::PageEntry& e);
   // Write tracking (docs/protocols/hlrc.md#write-tracking). A home page that becomes shared while
   // open for writing: armed instead of write-protected, for the next release's hot set.
-  void arm_locked(memory::PageId page, memory::PageEntry& e) REQUIRES(table_.lock_of(page));
+  // With `defer`, the page is listed and flagged but the frames' arming is left to the caller
+  // (who holds the stripe and arms it, with others in one call, before anything reads the page).
+  void arm_locked(memory::PageId page, memory::PageEntry& e,
+                  std::vector<memory::PageId>* defer = nullptr) REQUIRES(table_.lock_of(page));
   // At a release: the hot set's pages written since the last release (each armed again), after
   // dropping back to write-protection the pages that stayed unwritten kHotIdleReleases times and
   // those home migration asked for (*unarmed, sorted: not to be armed again by this release).
@@ -377,9 +380,15 @@ class Hlrc final : public Protocol, public Consistency {
                          const std::vector<ExtraPage>& extras);
   // Home side, under the page's stripe lock: a remote node `reader` gets a copy. A page never
   // used here, or private, becomes shared (write-protected first). Returns true if the page was
-  // never used (all zeros).
-  bool share_locked(memory::PageId page, memory::PageEntry& e, comm::NodeId reader)
-      REQUIRES(table_.lock_of(page));
+  // never used (all zeros). With `defer`, a private page's arming or write-protection is left to
+  // the caller (finish_sharing), who must do it before it copies the page.
+  struct DeferredSharing {
+    std::vector<memory::PageId> arm, protect;
+  };
+  bool share_locked(memory::PageId page, memory::PageEntry& e, comm::NodeId reader,
+                    DeferredSharing* defer = nullptr) REQUIRES(table_.lock_of(page));
+  // Arms or write-protects what share_locked deferred: one call per run of pages.
+  void finish_sharing(DeferredSharing& d);
   void apply_diff_locked(memory::PageId page, memory::PageEntry& e, uint32_t writer,
                          uint32_t interval, uint32_t prev, std::span<const std::byte> diff,
                          std::vector<ReadyReply>* ready) REQUIRES(table_.lock_of(page));
