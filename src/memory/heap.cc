@@ -154,10 +154,29 @@ int32_t Heap::chunk_owner(uint64_t chunk) {
           0, heap_msg::kChunkOwner,
           Status::malformed(
               fmt::format("chunk {}: owner {}, this node, which did not take it", chunk, owner)));
+    if (owner < 0)
+      if (std::string written = written_page_of(chunk); !written.empty())
+        comm_.fail_bad_reply(
+            0, heap_msg::kChunkOwner,
+            Status::malformed(fmt::format("chunk {}: taken by nobody, but {}", chunk, written)));
   }
   // note: a chunk's owner never changes once taken, so a positive answer can be cached forever.
   if (owner >= 0) owner_cache_[chunk].store(owner, std::memory_order_relaxed);
   return owner;
+}
+
+std::string Heap::written_page_of(uint64_t chunk) {
+  const PageId first = chunk * kChunkPages;
+  const PageId end = std::min<PageId>(first + kChunkPages, table_.num_pages());
+  for (PageId p = first; p < end; ++p) {
+    const PageEntry* e = table_.find(p);
+    if (e == nullptr) continue;
+    MutexLock l(table_.lock_of(p));
+    if (!e->required.empty())
+      return fmt::format("this node must see writes {} to page {} of it", e->required.to_string(),
+                         p);
+  }
+  return {};
 }
 
 // --- Page runs ------------------------------------------------------------------------------

@@ -39,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -220,6 +221,10 @@ class Heap {
   Result<uint64_t> take_chunks(uint64_t chunks) EXCLUDES(mu_);
   Result<uint64_t> directory_take(uint64_t chunks, comm::NodeId owner) EXCLUDES(dir_mu_);
   int32_t chunk_owner(uint64_t chunk);
+  // What shows that `chunk` was taken: a page of it this node knows was written (a write is to
+  // allocated memory, and a taken chunk stays taken), as text; empty if nothing. The chunk
+  // directory's answer that nobody took the chunk is checked against it. Application threads.
+  std::string written_page_of(uint64_t chunk);
   Status free_local(uintptr_t addr) REQUIRES(mu_);
 
   comm::Comm& comm_;

@@ -740,6 +740,38 @@ TEST(PeerInputDeathTest, ChunkOwnerAnswerNamingTheAsker) {
       o);
 }
 
+// Found by the handlers fuzz target (run 4, 885 381 inputs in): node 0's answer that nobody
+// took chunk 0 made node 1 take its read of node 0's allocation for a stray access to
+// unallocated memory, although node 1 held node 0's write notices for pages of that chunk. A
+// chunk nobody took was never written. (An lrc_mw page: its writes are announced although no
+// other node has a copy; an HLRC home's are not.)
+TEST(PeerInputDeathTest, ChunkOwnerAnswerDenyingAWrittenChunk) {
+  Options o;
+  o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
+    if (h.is_reply() && h.type == memory::heap_msg::kChunkOwner && dst == 1 &&
+        payload->size() == 4) {
+      const int32_t nobody = -1;
+      std::memcpy(payload->data(), &nobody, sizeof nobody);
+    }
+  };
+  auto a = std::make_shared<uint64_t>(0);
+  expect_stop(
+      [a](Simulation& sim) {
+        sim.spawn(0, [a](Thread& t) {
+          *a = t.alloc(4 * kPage, memory::Placement::kNode, 0, "lrc_mw");
+          t.write(*a + kPage, 1);
+          t.barrier(barrier_id(0), 2);
+        });
+        sim.spawn(1, [a](Thread& t) {
+          t.barrier(barrier_id(0), 2);
+          (void)t.read(*a);
+        });
+      },
+      "node 1: bad 'heap.chunk_owner' reply from node 0: malformed: chunk 0: taken by nobody, "
+      "but this node must see writes {0:1} to page 1 of it",
+      o);
+}
+
 // After a successful run, a posted message is delivered by settle() (the fuzz harness,
 // tests/fuzz/handlers_fuzz.cc): a malformed one ends in the receiver's fatal path, and the
 // simulation, with no thread parked, is destroyed normally (no death test needed).
