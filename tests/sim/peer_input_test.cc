@@ -464,6 +464,54 @@ TEST(PeerInputDeathTest, FinalHomeOfferToANodeNotTakingThePage) {
       "1, flags 2) from node 0");
 }
 
+// A home offer is answered by the node it was made to. Node 0 offers its page to node 1, the
+// page's only writer (migration after one diff); node 2 answers it first, declining. Taken for
+// node 1's answer, it put the page back, and node 1's own answer was then blamed as out of turn.
+TEST(PeerInputDeathTest, HomeAnswerFromANodeTheOfferWasNotMadeTo) {
+  Options o;
+  o.nodes = 3;
+  o.seed = 6;  // (a schedule in which node 2's answer comes first)
+  o.hlrc.migrate_after = 1;
+  o.write_tracking = false;  // (a tracked page is offered one diff later)
+  const uint64_t b = barrier_id(0);
+  auto a = std::make_shared<uint64_t>(0);
+  auto setup = [a, b](Simulation& sim) {
+    const uint64_t base = sim.region_base();
+    Simulation* s = &sim;
+    sim.spawn(0, [a, b](Thread& t) {
+      *a = t.alloc(kPage, memory::Placement::kNode, 0);
+      t.barrier(b, 3);
+      t.barrier(b, 3);
+      t.barrier(b, 3);
+    });
+    sim.spawn(1, [a, b](Thread& t) {
+      t.barrier(b, 3);
+      t.write(*a, 7);
+      t.barrier(b, 3);  // the diff; node 0 offers the page to node 1
+      t.barrier(b, 3);
+    });
+    sim.spawn(2, [a, b, s, base](Thread& t) {
+      t.barrier(b, 3);
+      t.wait_until([s] { return s->hlrc_counters(0).home_offers.load() >= 1; });
+      std::vector<std::byte> answer;
+      hl::ByteWriter w(&answer);
+      w.u64((*a - base) / kPage);
+      w.u32(1);  // move 1
+      w.u32(0);  // declined
+      w.u32(0);
+      w.u32(0);
+      t.inject(0, hl::msg::kHomeAnswer, answer, /*request=*/false);
+      t.barrier(b, 3);
+      t.barrier(b, 3);
+    });
+  };
+  EXPECT_EXIT(run_expecting(o, setup,
+                            {"node 0: bad 'hlrc.home_answer' message from node 2: malformed: home "
+                             "answer 0 for page 0 (move 1, through 0) from node 2, but the page "
+                             "was offered to node 1"}),
+              testing::ExitedWithCode(0), "");
+}
+
 // Replies, parsed by the application thread that waits for them.
 
 // Both nodes' one thread waits at barrier `b`, `times` times (from the second on, node 1's

@@ -2313,6 +2313,13 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
       MutexLock h(held_mu_);
       pending = pending_takes_.count(a.page) != 0;
     }
+    // note: while the page is offered, its streak names the node it was offered to
+    // (maybe_offer_locked; diffs are held meanwhile, so no diff changes it).
+    if (e.state == st(PageState::kHomeMoving) && e.streak_writer != static_cast<int32_t>(in.src()))
+      return Status::malformed(fmt::format(
+          "home answer {} for page {} (move {}, through {}) from node {}, but the page was "
+          "offered to node {}",
+          a.accepted, a.page, a.moves, a.through, in.src(), e.streak_writer));
     // note: a taker's diffs the old home has already applied cannot be the ones it waits for.
     if (e.state != st(PageState::kHomeMoving) || a.moves != e.home_moves + 1 || pending ||
         (a.accepted == kTakenAfterDiffs && a.through <= e.version.get(in.src())))
