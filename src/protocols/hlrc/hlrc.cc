@@ -2050,36 +2050,36 @@ void Hlrc::apply_diff_locked(PageId page, PageEntry& e, uint32_t writer, uint32_
 }
 
 void Hlrc::apply_held_locked(PageId page, PageEntry& e, std::vector<ReadyReply>* ready) {
-  // Held diffs that are next in their writer's order now.
-  for (bool progress = true; progress;) {
-    progress = false;
+  apply_next_held_locked(page, e, std::nullopt);
+  answer_held_locked(page, e, ready);
+  table_.notify(page);
+}
+
+void Hlrc::apply_next_held_locked(PageId page, PageEntry& e, std::optional<comm::NodeId> only) {
+  for (;;) {
     HeldDiff next;
     {
       MutexLock h(held_mu_);
       auto it = held_diffs_.find(page);
-      if (it == held_diffs_.end()) break;
+      if (it == held_diffs_.end()) return;
       auto& v = it->second;
-      for (size_t k = 0; k < v.size(); ++k) {
-        if (v[k].prev == e.version.get(v[k].writer)) {
-          next = std::move(v[k]);
-          v.erase(v.begin() + static_cast<ptrdiff_t>(k));
-          if (v.empty()) held_diffs_.erase(it);
-          progress = true;
-          break;
-        }
-      }
+      auto k = std::find_if(v.begin(), v.end(), [&](const HeldDiff& d) {
+        return (!only || d.writer == *only) && d.prev == e.version.get(d.writer);
+      });
+      if (k == v.end()) return;
+      next = std::move(*k);
+      v.erase(k);
+      if (v.empty()) held_diffs_.erase(it);
     }
-    if (progress) {
-      Status s2 = memory::diff_apply(next.diff, space_.sys_page(page));
-      LOOM_CHECK(s2.is_ok(), "held diff for page {}: {}", page, s2.to_string());
-      e.version.raise(next.writer, next.interval);
-      counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
-      counters_.diff_bytes_applied.fetch_add(next.diff.size(), std::memory_order_relaxed);
-      note_applied(page, e, {next.writer, next.interval, next.prev, {}});
-    }
+    Status s = memory::diff_apply(next.diff, space_.sys_page(page));
+    LOOM_CHECK(s.is_ok(), "held diff ({}, {}) for page {}: {}", next.writer, next.interval, page,
+               s.to_string());
+    e.version.raise(next.writer, next.interval);
+    counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
+    counters_.diff_bytes_applied.fetch_add(next.diff.size(), std::memory_order_relaxed);
+    // (a conditional taker's diffs do not count toward a streak: the page is offered to it)
+    if (!only) note_applied(page, e, {next.writer, next.interval, next.prev, {}});
   }
-  answer_held_locked(page, e, ready);
-  table_.notify(page);
 }
 
 void Hlrc::answer_held_locked(PageId page, PageEntry& e, std::vector<ReadyReply>* out) {
@@ -2166,28 +2166,13 @@ void Hlrc::advance_take_locked(PageId page, PageEntry& e, std::vector<Outgoing>*
     auto pt = pending_takes_.find(page);
     if (pt == pending_takes_.end()) return;
     take = pt->second;
-    // The taker's diffs that are next in its order (the others stay held, to be forwarded).
-    for (bool progress = true; progress;) {
-      progress = false;
-      auto it = held_diffs_.find(page);
-      if (it == held_diffs_.end()) break;
-      auto& v = it->second;
-      for (size_t k = 0; k < v.size(); ++k) {
-        if (v[k].writer != take.to || v[k].prev != e.version.get(take.to)) continue;
-        HeldDiff d = std::move(v[k]);
-        v.erase(v.begin() + static_cast<ptrdiff_t>(k));
-        if (v.empty()) held_diffs_.erase(it);
-        Status s = memory::diff_apply(d.diff, space_.sys_page(page));
-        LOOM_CHECK(s.is_ok(), "held diff for page {}: {}", page, s.to_string());
-        e.version.raise(d.writer, d.interval);
-        counters_.diffs_applied.fetch_add(1, std::memory_order_relaxed);
-        counters_.diff_bytes_applied.fetch_add(d.diff.size(), std::memory_order_relaxed);
-        progress = true;
-        break;
-      }
-    }
-    if (e.version.get(take.to) < take.through) return;
-    pending_takes_.erase(pt);
+  }
+  // The taker's diffs that are next in its order (the others stay held, to be forwarded).
+  apply_next_held_locked(page, e, take.to);
+  if (e.version.get(take.to) < take.through) return;
+  {
+    MutexLock h(held_mu_);
+    pending_takes_.erase(page);
   }
   out->push_back({take.to, msg::kHomeOffer, offer_payload(page, e, take.to, true)});
 }

@@ -395,6 +395,10 @@ class Hlrc final : public Protocol, public Consistency {
   // Applies the held diffs that are next in their writer's order, then answers held requests.
   void apply_held_locked(memory::PageId page, memory::PageEntry& e, std::vector<ReadyReply>* ready)
       REQUIRES(table_.lock_of(page));
+  // Applies the page's held diffs that are next in their writer's order (of writer `only`, if
+  // given), until none is.
+  void apply_next_held_locked(memory::PageId page, memory::PageEntry& e,
+                              std::optional<comm::NodeId> only) REQUIRES(table_.lock_of(page));
   // Answers the held requests for `page` that its version now covers.
   void answer_held_locked(memory::PageId page, memory::PageEntry& e, std::vector<ReadyReply>* ready)
       REQUIRES(table_.lock_of(page));
