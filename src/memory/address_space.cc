@@ -9,9 +9,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string_view>
 
 #include "base/log.h"
 #include "memory/uffd_wp.h"
@@ -72,6 +74,27 @@ std::optional<AddressSpace::WriteDetect> AddressSpace::parse_write_detect(std::s
   if (name == "mprotect") return WriteDetect::kMprotect;
   return std::nullopt;
 }
+
+namespace {
+
+// Whether shared memory (a memfd) may get transparent huge pages without madvise: the setting
+// in brackets in /sys/kernel/mm/transparent_hugepage/shmem_enabled ("always [never] ...").
+bool shmem_huge_pages() {
+  std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
+  if (f == nullptr) return false;  // no transparent huge pages at all
+  char line[256] = {};
+  const bool read = std::fgets(line, sizeof line, f) != nullptr;
+  std::fclose(f);
+  if (!read) return true;
+  const std::string_view text(line);
+  const size_t open = text.find('['), close = text.find(']');
+  if (open == std::string_view::npos || close == std::string_view::npos || close < open)
+    return true;
+  const std::string_view mode = text.substr(open + 1, close - open - 1);
+  return mode != "never" && mode != "deny" && mode != "advise";
+}
+
+}  // namespace
 
 Result<std::unique_ptr<AddressSpace>> AddressSpace::create(uintptr_t base, size_t size) {
   return create(base, size, StaticSegment());
@@ -152,6 +175,7 @@ Result<std::unique_ptr<AddressSpace>> AddressSpace::create(uintptr_t base, size_
     as->static_size_ = segment.len;
   }
   as->calls_until_check_.store(as->map_limit_ / 4);
+  as->tell_touched_ = !shmem_huge_pages();
   if (detect != WriteDetect::kMprotect) {
     Status s = as->start_write_tracking();
     if (!s && detect == WriteDetect::kUffd)
@@ -297,6 +321,13 @@ void AddressSpace::collect_written(std::span<const PageRun> runs, std::vector<Pa
 void AddressSpace::open_static() {
   if (static_ != nullptr && ::mprotect(static_, static_size_, PROT_READ | PROT_WRITE) != 0)
     log::fatal(fmt::format("cannot open the program's data: {}", std::strerror(errno)));
+}
+
+bool AddressSpace::touched(PageId p) const {
+  const auto at = static_cast<off_t>(p << kPageShift);
+  const off_t data = ::lseek(fd_, at, SEEK_DATA);
+  if (data < 0) return errno != ENXIO;  // ENXIO: no data at or after `at`
+  return data == at;
 }
 
 void AddressSpace::back(PageId p) {

@@ -73,6 +73,10 @@ class AddressSpace final : public PageFrames {
   // Allocates the page in the memfd (fallocate). why not MADV_POPULATE_WRITE on the system
   // view: measured ~1 µs slower per page here (bench/RESULTS.md, read fault).
   void back(PageId p) override;
+  // A page never used is a hole of the memfd (lseek SEEK_DATA). Not with transparent huge
+  // pages for shared memory: one touch would give memory to the pages around it.
+  bool can_tell_touched() const override { return tell_touched_; }
+  bool touched(PageId p) const override;
   // Makes the whole static segment readable and writable again (when the runtime stops: the
   // program's data must stay usable without a fault handler). REQUIRES: this node holds valid
   // copies (node 0, its home, after the last barrier).
@@ -111,6 +115,7 @@ class AddressSpace final : public PageFrames {
   int fd_ = -1;
   int uffd_ = -1;              // userfaultfd with the views registered (write tracking), or -1
   int pagemap_ = -1;           // /proc/self/pagemap (PAGEMAP_SCAN), with uffd_
+  bool tell_touched_ = false;  // touched() can tell (no huge pages for shared memory)
   int64_t map_limit_ = 65530;  // vm.max_map_count
   // Protection calls until the mapping count must be looked at again (each call adds at most
   // two mappings).

@@ -76,6 +76,17 @@ class PageFrames {
   // microseconds). Changes no contents and no protection; may do nothing.
   virtual void back(PageId p) { (void)p; }
 
+  // --- Touched pages (optional) ---------------------------------------------------------------
+  // Whether touched() can tell a page no access on this node ever gave memory to.
+  virtual bool can_tell_touched() const { return false; }
+  // Whether page p was used on this node: any access to it through either view gave it memory
+  // (back() alone may not count: its memory holds nothing yet). A page never used here is all
+  // zeros. Conservative: true if unsure. REQUIRES: can_tell_touched().
+  virtual bool touched(PageId p) const {
+    (void)p;
+    return true;
+  }
+
   // --- Write tracking (optional) -------------------------------------------------------------
   // Frames that can track writes keep a write-protect bit per page beside its protection: an
   // *armed* page may be open for writing (protect(kReadWrite)), and the application's first

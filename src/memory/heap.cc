@@ -321,7 +321,10 @@ Heap::Stats Heap::stats() const {
           v(first_touches_),
           v(first_touches_local_),
           v(homes_cached_),
-          v(home_windows_)};
+          v(home_windows_),
+          v(pages_opened_),
+          v(opened_untouched_),
+          v(opened_kept_)};
 }
 
 }  // namespace loom::memory

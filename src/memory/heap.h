@@ -36,6 +36,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -101,6 +102,21 @@ class Heap {
   // with other nodes, where one of them could touch such a page first). The caller opens them.
   // Application threads.
   PageId claim_first_touch_run(PageId page, PageId limit, ProtocolId protocol) EXCLUDES(mu_);
+  // The same on a job of several nodes, where the pages cannot be decided ahead of their use:
+  // the pages after `page` (below `limit`, in its chunk and first-touch allocation of
+  // `protocol`) that this node would decide itself at their first touch (undecided pages of a
+  // chunk it owns, or of its window) and that nothing here has used are opened read-write in the
+  // application view, undecided (HomeKind::kOpened). A question about one of them (another
+  // node's first touch) settles it: closed, it stays this node's if it was touched
+  // (PageFrames::touched), and is undecided again if not. Returns the end of the run (page + 1:
+  // none opened). Needs set_opened_claimer() and frames that can tell touched pages.
+  // Application threads.
+  PageId open_first_touch_run(PageId page, PageId limit, ProtocolId protocol) EXCLUDES(mu_);
+  // Called when an opened page of `protocol` turns out to be this node's (touched): the
+  // protocol makes it its own first-touched page (page-table entry), as its fault would have;
+  // the heap restores the page's protection in the application view. Runs under the heap's
+  // lock, on any thread: it may take stripe locks, never the heap's. Set before use.
+  void set_opened_claimer(ProtocolId protocol, std::function<void(PageId)> claim);
   // The page's home and protocol, learned together (and kept in its page-table entry).
   struct Resolved {
     int32_t home;  // kNotAllocated: not live shared memory
@@ -125,6 +141,9 @@ class Heap {
     uint64_t first_touches_local = 0;  // of these, decided here without a message
     uint64_t homes_cached = 0;         // homes found in the home map (no message)
     uint64_t home_windows = 0;         // windows (runs of pages) delegated to this node
+    uint64_t pages_opened = 0;         // pages opened ahead by first touches, undecided
+    uint64_t opened_untouched = 0;     // of these, found untouched when another node asked
+    uint64_t opened_kept = 0;          // of these, decided this node's (touched; in first_touches)
   };
   Stats stats() const;
 
@@ -226,6 +245,17 @@ class Heap {
   // directory's answer that nobody took the chunk is checked against it. Application threads.
   std::string written_page_of(uint64_t chunk);
   Status free_local(uintptr_t addr) REQUIRES(mu_);
+  // Settles the opened pages in [first, end): each becomes this node's if touched, else
+  // undecided again (a window page back in the window). Restores the view's protection.
+  void settle_opened_locked(PageId first, PageId end) REQUIRES(mu_);
+  // The same for the chunk of `page`.
+  void settle_chunk_locked(PageId page) REQUIRES(mu_);
+  // Opened page `page` is this node's (touched): decided as its first touch, taken by the
+  // protocol. The caller sees to the view's protection.
+  void keep_opened_locked(PageId page, ProtocolId protocol) REQUIRES(mu_);
+  // Whether this node would decide page `page` itself at its first touch: undecided in a chunk
+  // it owns, or in its window.
+  bool decides_locally_locked(PageId page) const REQUIRES(mu_);
 
   comm::Comm& comm_;
   PageFrames& space_;
@@ -275,8 +305,13 @@ class Heap {
   Mutex remote_mu_;
   std::map<PageId, Record> remote_records_ GUARDED_BY(remote_mu_);
 
+  // Opened pages: the protocol that makes one this node's (set_opened_claimer).
+  std::map<ProtocolId, std::function<void(PageId)>> claimers_ GUARDED_BY(mu_);
+  uint64_t opened_ GUARDED_BY(mu_) = 0;  // pages kOpened in homes_ now
+
   std::atomic<uint64_t> allocs_{0}, frees_{0}, chunks_{0}, home_queries_{0}, home_arbitrations_{0},
-      first_touches_{0}, first_touches_local_{0}, homes_cached_{0}, home_windows_{0};
+      first_touches_{0}, first_touches_local_{0}, homes_cached_{0}, home_windows_{0},
+      pages_opened_{0}, opened_untouched_{0}, opened_kept_{0};
 };
 
 }  // namespace loom::memory

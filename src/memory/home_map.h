@@ -23,12 +23,15 @@
 
 namespace loom::memory {
 
-enum class HomeKind : uint8_t { kHome = 0, kWindow = 1, kDelegated = 2 };
+// kOpened: a page this node would decide locally (undecided in a chunk it owns, or in its
+// window) that a first touch opened ahead of use without deciding it (docs/memory.md, "A first
+// touch opens a run"): this node's if it has touched it by the time anyone asks.
+enum class HomeKind : uint8_t { kHome = 0, kWindow = 1, kDelegated = 2, kOpened = 3 };
 
 struct HomeValue {
   HomeKind kind = HomeKind::kHome;
   ProtocolId protocol = 0;
-  int32_t node = -1;  // kHome: the home; kDelegated: the delegate; kWindow: -1
+  int32_t node = -1;  // kHome: the home; kDelegated: the delegate; kWindow, kOpened: -1
   bool operator==(const HomeValue&) const = default;
 };
 

@@ -258,6 +258,12 @@ Heap::Resolved Heap::resolve_first_touch(PageId page) {
           homes_cached_.fetch_add(1, std::memory_order_relaxed);
           return {v->value.node, v->value.protocol};
         }
+        if (v->value.kind == HomeKind::kOpened) {
+          // Opened ahead by an earlier first touch here, and touched by this thread now (or
+          // asked about by it): this node's. The protocol takes it as its own.
+          keep_opened_locked(page, v->value.protocol);
+          return {static_cast<int32_t>(me_), v->value.protocol};
+        }
         if (v->value.kind == HomeKind::kWindow) {
           // This node arbitrates the page and nobody has touched it: it is the first toucher.
           // note: under mu_, as an arbitration of the page on the server thread; exactly one of
@@ -323,6 +329,112 @@ PageId Heap::claim_first_touch_run(PageId page, PageId limit, ProtocolId protoco
   Status s = set_home_locked(page + 1, end, static_cast<int32_t>(me_), protocol, true);
   LOOM_CHECK(s.is_ok(), "first touch of pages [{}, {}): {}", page + 1, end, s.to_string());
   return end;
+}
+
+PageId Heap::open_first_touch_run(PageId page, PageId limit, ProtocolId protocol) {
+  const uint64_t chunk = page / kChunkPages;
+  limit = std::min<PageId>(limit, (chunk + 1) * kChunkPages);
+  if (nodes_ == 1 || limit <= page + 1 || chunk >= num_chunks_ || !space_.can_tell_touched())
+    return page + 1;
+  MutexLock l(mu_);
+  if (claimers_.count(protocol) == 0) return page + 1;
+  if (owner_cache_[chunk].load(std::memory_order_relaxed) == static_cast<int32_t>(me_)) {
+    // As the owner: within the allocation (undecided pages of it are this node's to decide).
+    const Record* r = find_record(page + 1);
+    if (r == nullptr || !first_touch(*r) || r->protocol != protocol) return page + 1;
+    limit = std::min<PageId>(limit, r->first + r->pages);
+  } else {
+    // As a delegate: within the window (its pages are live first-touch pages of its protocol).
+    std::optional<HomeRun> w = homes_.find(page + 1);
+    if (!w || w->value.kind != HomeKind::kWindow || w->value.protocol != protocol) return page + 1;
+    limit = std::min<PageId>(limit, w->end);
+  }
+  // Pages nothing here has used: no page-table state (a fetch, notices, a forged message) that
+  // an open view would contradict.
+  auto unused = [this](PageId p) {
+    const PageEntry* e = table_.find(p);
+    if (e == nullptr) return true;
+    MutexLock sl(table_.lock_of(p));
+    return e->home == kHomeUnknown && e->protocol == kProtocolUnknown && e->state == 0 &&
+           !e->fetching && e->prot == Prot::kNone && e->required.empty() && e->version.empty();
+  };
+  PageId end = page + 1;
+  while (end < limit && decides_locally_locked(end) && unused(end)) ++end;
+  if (end == page + 1) return end;
+  homes_.assign(page + 1, end, {HomeKind::kOpened, protocol, -1});
+  // note: under mu_, so that a question about these pages (settle_opened_locked, also under
+  // mu_) finds them open.
+  space_.protect(page + 1, end - page - 1, Prot::kReadWrite);
+  pages_opened_.fetch_add(end - page - 1, std::memory_order_relaxed);
+  opened_ += end - page - 1;
+  return end;
+}
+
+void Heap::set_opened_claimer(ProtocolId protocol, std::function<void(PageId)> claim) {
+  MutexLock l(mu_);
+  if (claim)
+    claimers_[protocol] = std::move(claim);
+  else
+    claimers_.erase(protocol);
+}
+
+bool Heap::decides_locally_locked(PageId page) const {
+  if (std::optional<HomeRun> v = homes_.find(page)) return v->value.kind == HomeKind::kWindow;
+  const uint64_t chunk = page / kChunkPages;
+  return chunk < num_chunks_ &&
+         owner_cache_[chunk].load(std::memory_order_relaxed) == static_cast<int32_t>(me_);
+}
+
+void Heap::settle_chunk_locked(PageId page) {
+  const PageId lo = page / kChunkPages * kChunkPages;
+  const PageId hi = std::min<PageId>(lo + kChunkPages, space_.heap_pages());
+  if (opened_ == 0) return;  // (nothing opened here: no look at the map)
+  settle_opened_locked(lo, hi);
+}
+
+void Heap::keep_opened_locked(PageId page, ProtocolId protocol) {
+  Status s = set_home_locked(page, page + 1, static_cast<int32_t>(me_), protocol, true);
+  LOOM_CHECK(s.is_ok(), "opened page {}, touched: {}", page, s.to_string());
+  opened_kept_.fetch_add(1, std::memory_order_relaxed);
+  --opened_;
+  claimers_.at(protocol)(page);
+}
+
+void Heap::settle_opened_locked(PageId first, PageId end) {
+  const uint64_t chunk = first / kChunkPages;
+  const bool owner =
+      owner_cache_[chunk].load(std::memory_order_relaxed) == static_cast<int32_t>(me_);
+  for (const HomeRun& k : homes_.runs_in(first, end)) {
+    if (k.value.kind != HomeKind::kOpened) continue;
+    const ProtocolId protocol = k.value.protocol;
+    // Touched pages are this node's, as they are (open). The others are closed before they are
+    // looked at again: a touch between the two looks is then seen by the second, and none
+    // comes after it.
+    std::vector<PageId> untouched;
+    for (PageId p = k.first; p < k.end; ++p) {
+      if (space_.touched(p))
+        keep_opened_locked(p, protocol);
+      else
+        untouched.push_back(p);
+    }
+    for (size_t i = 0, j = 0; i < untouched.size(); i = j) {
+      for (j = i + 1; j < untouched.size() && untouched[j] == untouched[j - 1] + 1;) ++j;
+      space_.protect(untouched[i], j - i, Prot::kNone);
+    }
+    for (PageId p : untouched) {
+      if (space_.touched(p)) {
+        keep_opened_locked(p, protocol);
+        space_.protect(p, 1, Prot::kReadWrite);
+        continue;
+      }
+      opened_untouched_.fetch_add(1, std::memory_order_relaxed);
+      --opened_;
+      if (owner)
+        homes_.erase(p, p + 1);
+      else
+        homes_.assign(p, p + 1, {HomeKind::kWindow, protocol, -1});
+    }
+  }
 }
 
 Status Heap::check_answer_record(const Record& rec, PageId page, int32_t home,
@@ -411,6 +523,11 @@ Status Heap::set_home_locked(PageId first, PageId end, int32_t home, ProtocolId 
     if (k.value.kind == HomeKind::kWindow && !mine)
       return Status::malformed(
           fmt::format("pages [{}, {}) are in this node's window, but an answer names home {}",
+                      k.first, k.end, home));
+    if (k.value.kind == HomeKind::kOpened && !mine)
+      return Status::malformed(
+          fmt::format("pages [{}, {}) are opened here (this node decides them), but an answer "
+                      "names home {}",
                       k.first, k.end, home));
   }
   for (const HomeRun& k : known) {
@@ -535,6 +652,14 @@ const Heap::Record* Heap::find_record(PageId page) const {
 
 void Heap::answer_locked(const Query& q, Outbox& out) {
   const PageId page = q.page;
+  // Pages of the chunk opened here ahead of use are decided first (touched, or undecided again):
+  // the page asked about may be one, and the answer carries the chunk's decided homes, so that
+  // the asker need not ask again about each run this node opened. This node's own question
+  // (its thread faulted on the page, which a first touch opened meanwhile) settles that page.
+  if (q.asker != me_)
+    settle_chunk_locked(page);
+  else
+    settle_opened_locked(page, page + 1);
   const Record* r = find_record(page);
   // note: a page whose home was decided keeps it, even after its allocation is freed.
   if (std::optional<HomeRun> v = homes_.find(page)) {
@@ -778,6 +903,9 @@ Status Heap::install_locked(const Answer& a, PageId page, Outbox& out) {
 
 Status Heap::arbitrate_locked(const ArbitrateReq& m, const comm::ReplyTo& to, Outbox& out) {
   const PageId page = m.page;
+  // Opened pages of the chunk: this node's if touched, else back in the window (as for the
+  // owner's answers, the whole chunk).
+  settle_chunk_locked(page);
   std::optional<HomeRun> v = homes_.find(page);
   if (!v) {
     // The owner delegated the page to this node in an answer that a thread of this node has not

@@ -521,6 +521,9 @@ nlohmann::json Runtime::dsm_json() const {
   j["first_touches_local"] = hs.first_touches_local;
   j["homes_cached"] = hs.homes_cached;
   j["home_windows"] = hs.home_windows;
+  j["pages_opened"] = hs.pages_opened;
+  j["opened_untouched"] = hs.opened_untouched;
+  j["opened_kept"] = hs.opened_kept;
   auto ms = [](uint64_t ns) { return static_cast<double>(ns) / 1e6; };
   j["time_ms"] = {{"fault_handler", ms(v(c.fault_ns))},
                   {"fetch_wait", ms(v(c.fetch_wait_ns))},

@@ -25,6 +25,10 @@ class SimFrames final : public memory::PageFrames {
   std::byte* sys_page(memory::PageId p) const override;
   void protect(memory::PageId first, size_t count, memory::Prot prot) override;
 
+  // A page is touched once anything used its frame (sys_page() makes it).
+  bool can_tell_touched() const override { return true; }
+  bool touched(memory::PageId p) const override { return frames_.count(p) != 0; }
+
   bool can_track_writes() const override { return tracking_; }
   const char* write_detection() const override {
     return tracking_ ? "simulated write tracking" : "mprotect";

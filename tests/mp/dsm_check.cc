@@ -996,10 +996,10 @@ int64_t rss_shmem_kb() {
 // 1) A 1 GiB first-touch allocation: M scattered pages, page i written (first touched) by node
 //    i % N; every node reads them all and checks home_of. Only what is touched may become
 //    resident.
-// 2) The last node allocates PAGES pages (2.4 GiB by default) and writes every other one, so
-//    the region's protections alternate over more than vm.max_map_count mappings: Loom must
-//    collapse the region instead of failing; then every written page, and a sample of the
-//    untouched ones, must read back right.
+// 2) The last node allocates PAGES pages (2.4 GiB by default, placed on itself) and writes every
+//    other one, so the region's protections alternate over more than vm.max_map_count mappings:
+//    Loom must collapse the region instead of failing; then every written page, and a sample of
+//    the untouched ones, must read back right.
 int big(uint64_t pages2) {
   const int N = nodes();
   Header* h = shared_header(static_cast<uint32_t>(N));
@@ -1043,7 +1043,11 @@ int big(uint64_t pages2) {
   if (me() == worker) {
     auto t1 = Clock::now();
     uint64_t c0 = space.stats().collapses, r0 = load(hlrc_counters().refaults);
-    auto* b = static_cast<uint64_t*>(loom::alloc(pages2 * kPage));
+    // note: placed on this node, not first touch: a first touch would open the pages after the
+    // one written (docs/memory.md, "A first touch opens a run"), and the protections would not
+    // alternate.
+    auto* b = static_cast<uint64_t*>(
+        loom::alloc(pages2 * kPage, {loom::Placement::kNode, static_cast<int>(me())}));
     for (uint64_t k = 0; k < pages2; k += 2) b[k * kWords + (k % kWords)] = mix64(k) | 1;
     collapses = space.stats().collapses - c0;
     check(collapses > 0,

@@ -64,7 +64,9 @@ TEST(SimTest, CountsMessagesOfARealProtocolRun) {
 // large allocation (300 pages in 6 blocks, some touched from the top down, and every 37th page
 // touched by all threads at once) costs a few questions per block and for the shared pages; its
 // small one (40 pages touched cyclically by the 6 threads, two pages per node in turn) a question
-// per run of pages. With a question per page and node it cost more than 340.
+// per run of pages. With a question per page and node it cost more than 340. A page a first
+// touch opened ahead (docs/memory.md, "A first touch opens a run") is decided only when someone
+// asks about it: those still open at the end were touched by the node that opened them, if at all.
 TEST(SimTest, FirstTouchAsksFewQuestions) {
   for (uint64_t seed : {1, 2, 3, 4}) {
     Program p = litmus("first_touch");
@@ -76,17 +78,19 @@ TEST(SimTest, FirstTouchAsksFewQuestions) {
     p.install(sim, c);
     Status st = sim.run();
     ASSERT_TRUE(st.is_ok()) << st.to_string();
-    uint64_t questions = 0, touched = 0, local = 0;
+    uint64_t questions = 0, touched = 0, local = 0, open = 0;
     for (uint32_t n = 0; n < p.nodes; ++n) {
       memory::Heap::Stats h = sim.heap_stats(n);
       questions += h.home_queries + h.home_arbitrations;
       touched += h.first_touches;
       local += h.first_touches_local;
+      open += h.pages_opened - h.opened_untouched - h.opened_kept;
     }
     std::printf("seed %llu: %llu questions for %llu first touches (%llu local)\n",
                 static_cast<unsigned long long>(seed), static_cast<unsigned long long>(questions),
                 static_cast<unsigned long long>(touched), static_cast<unsigned long long>(local));
-    EXPECT_EQ(touched, 340u) << "seed " << seed;
+    EXPECT_LE(touched, 340u) << "seed " << seed;
+    EXPECT_GE(touched + open, 340u) << "seed " << seed;
     EXPECT_LE(questions, 80u) << "seed " << seed;
   }
 }
@@ -119,6 +123,57 @@ TEST(SimTest, AFirstTouchOpensARunOnOneNode) {
       EXPECT_LE(c.write_faults.load(), 8u);
       EXPECT_EQ(c.write_faults.load() + c.first_touch_run_pages.load(), 100u);
     }
+  }
+}
+
+// The same on two nodes (docs/memory.md, "A first touch opens a run"): node 0's first writes
+// open the pages after each one undecided; node 1's first touch of one that node 0 opened but
+// never used makes it node 1's (first touch), and one node 0 did use without a fault stays node
+// 0's, is served with node 0's bytes, and node 0's later writes to it reach node 1.
+TEST(SimTest, AFirstTouchOpensARunOnTwoNodes) {
+  for (uint64_t seed : {1, 2, 3, 4, 5, 6}) {
+    Options o;
+    o.nodes = 2;
+    o.seed = seed;
+    o.hlrc.first_touch_run = 16;
+    Simulation sim(o);
+    auto a = std::make_shared<uint64_t>(0);
+    const uint64_t b = barrier_id(0);
+    auto homes = std::make_shared<std::vector<int>>(2 * 100, -1);
+    sim.spawn(0, [a, b, homes](Thread& t) {
+      *a = t.alloc(100 * kPage, memory::Placement::kFirstTouch, 0);
+      for (uint64_t p = 0; p < 50; ++p) t.write(*a + p * kPage + 8, p + 1);
+      t.barrier(b, 2);  // node 1 touches pages 50..99 and reads 0..49
+      t.barrier(b, 2);
+      for (uint64_t p = 0; p < 50; ++p) t.write(*a + p * kPage + 16, p + 1000);
+      t.barrier(b, 2);
+      for (uint64_t p = 0; p < 100; ++p) (*homes)[p] = t.home_of(*a + p * kPage);
+    });
+    sim.spawn(1, [a, b, homes](Thread& t) {
+      t.barrier(b, 2);
+      for (uint64_t p = 50; p < 100; ++p) t.write(*a + p * kPage + 8, p + 1);
+      for (uint64_t p = 0; p < 50; ++p)
+        if (t.read(*a + p * kPage + 8) != p + 1) t.sim().fail(Status::internal("a write was lost"));
+      t.barrier(b, 2);
+      t.barrier(b, 2);
+      for (uint64_t p = 0; p < 50; ++p)
+        if (t.read(*a + p * kPage + 16) != p + 1000)
+          t.sim().fail(Status::internal("a later write of the home was lost"));
+      for (uint64_t p = 0; p < 100; ++p) (*homes)[100 + p] = t.home_of(*a + p * kPage);
+    });
+    Status st = sim.run();
+    ASSERT_TRUE(st.is_ok()) << "seed " << seed << ": " << st.to_string();
+    for (uint64_t p = 0; p < 100; ++p) {
+      const int writer = p < 50 ? 0 : 1;
+      EXPECT_EQ((*homes)[p], writer) << "seed " << seed << ", page " << p << " at node 0";
+      EXPECT_EQ((*homes)[100 + p], writer) << "seed " << seed << ", page " << p << " at node 1";
+    }
+    const protocols::hlrc::Counters& c = sim.hlrc_counters(0);
+    // 50 first writes in runs of 16 (a chunk boundary inside costs one more): 4-5 faults.
+    EXPECT_LE(c.write_faults.load(), 5u) << "seed " << seed;
+    EXPECT_GE(c.first_touch_run_pages.load(), 45u) << "seed " << seed;
+    // The pages node 0 opened beyond page 49 (up to 63) were node 1's to take.
+    EXPECT_GE(sim.heap_stats(0).opened_untouched, 1u) << "seed " << seed;
   }
 }
 

@@ -55,6 +55,26 @@ TEST(AddressSpace, BackAllocatesThePageAndKeepsItsBytes) {
   EXPECT_STREQ(reinterpret_cast<const char*>(a.sys_page(9000)), "kept");
 }
 
+// touched() tells a page no access ever gave memory (a hole of the memfd) from one that some
+// access did: a write or a read through the application view, a write through the system view.
+// (Only where the kernel can tell: no transparent huge pages for shared memory.)
+TEST(AddressSpace, TouchedTellsPagesAnAccessGaveMemory) {
+  auto as = AddressSpace::create(kBase, 64 << 20);
+  ASSERT_TRUE(as) << as.status().to_string();
+  AddressSpace& a = **as;
+  if (!a.can_tell_touched()) GTEST_SKIP() << "transparent huge pages for shared memory";
+  for (PageId p : {0u, 1u, 2u, 3u, 4u}) EXPECT_FALSE(a.touched(p)) << p;
+  a.protect(1, 2, Prot::kReadWrite);
+  a.app_page(1)[7] = std::byte{1};
+  const std::byte read = *reinterpret_cast<volatile const std::byte*>(a.app_page(2) + 9);
+  EXPECT_EQ(read, std::byte{0});
+  a.sys_page(3)[0] = std::byte{2};
+  for (PageId p : {1u, 2u, 3u}) EXPECT_TRUE(a.touched(p)) << p;
+  EXPECT_FALSE(a.touched(0));
+  EXPECT_FALSE(a.touched(4));  // after them
+  EXPECT_FALSE(a.touched(a.heap_pages() - 1));
+}
+
 // A program's data (here: an anonymous private mapping standing in for .data/.bss) becomes the
 // static segment: same addresses, same bytes, now backed by the shared memfd.
 TEST(AddressSpace, StaticSegmentKeepsTheProgramsDataAtItsAddress) {

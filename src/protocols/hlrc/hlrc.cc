@@ -200,9 +200,11 @@ Hlrc::Hlrc(comm::Comm& comm, memory::PageFrames& space, memory::PageTable& table
       track_writes_(space.can_track_writes()),
       store_(comm.size()),
       applied_(comm.size(), 0),
-      next_gc_at_(options.gc_threshold) {}
+      next_gc_at_(options.gc_threshold) {
+  heap_.set_opened_claimer(kHlrcId, [this](PageId p) { claim_opened(p); });
+}
 
-Hlrc::~Hlrc() = default;
+Hlrc::~Hlrc() { heap_.set_opened_claimer(kHlrcId, nullptr); }
 
 Status Hlrc::register_messages() {
   comm::MessageRegistry& reg = comm_.registry();
@@ -490,6 +492,13 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
 }
 
 void Hlrc::open_first_touch_run(PageId page) {
+  if (nodes_ > 1) {
+    // Opened undecided: the heap settles each page when another node asks about it, and makes a
+    // touched one this node's through claim_opened().
+    const PageId end = heap_.open_first_touch_run(page, page + opts_.first_touch_run, kHlrcId);
+    counters_.first_touch_run_pages.fetch_add(end - page - 1, std::memory_order_relaxed);
+    return;
+  }
   const PageId end = heap_.claim_first_touch_run(page, page + opts_.first_touch_run, kHlrcId);
   if (end <= page + 1) return;
   std::vector<PageId> run;
@@ -514,6 +523,20 @@ void Hlrc::open_first_touch_run(PageId page) {
     counters_.first_touch_run_pages.fetch_add(open.size(), std::memory_order_relaxed);
     protect_ranges(std::move(open), Prot::kReadWrite);
   });
+}
+
+void Hlrc::claim_opened(PageId page) {
+  PageEntry& e = table_.at(page);
+  MutexLock l(table_.lock_of(page));
+  // As fault_home takes a first-touched page (the heap restores the view's protection). An entry
+  // that something else has set meanwhile (a message about the page) keeps what that did.
+  if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
+  if (e.protocol == memory::kProtocolUnknown) e.protocol = kHlrcId;
+  if (e.home != static_cast<int32_t>(me_) || e.protocol != kHlrcId ||
+      e.state != st(PageState::kUnknown) || e.fetching)
+    return;
+  e.state = st(PageState::kHomePrivate);
+  e.prot = Prot::kReadWrite;
 }
 
 bool Hlrc::fault_home(PageId page, PageEntry& e, bool is_write, MutexLock& held) {

@@ -258,6 +258,9 @@ class Hlrc final : public Protocol, public Consistency {
       REQUIRES(release_mu_);
   // After a first touch as home: opens the run Options::first_touch_run says.
   void open_first_touch_run(memory::PageId page);
+  // An opened page (Heap::open_first_touch_run) that the heap found touched: this node's
+  // home-private page, open for writing. Called under the heap's lock.
+  void claim_opened(memory::PageId page);
   bool fault_home(memory::PageId page, memory::PageEntry& e, bool is_write, MutexLock& held)
       REQUIRES(table_.lock_of(page));
   // A fault's wait: since when, and whether it has said that it waits long.
