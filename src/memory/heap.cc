@@ -39,6 +39,10 @@ Heap::Heap(comm::Comm& comm, PageFrames& space, PageTable& table, ProtocolId def
       default_protocol_(default_protocol),
       owner_cache_(new std::atomic<int32_t>[num_chunks_]) {
   for (uint64_t c = 0; c < num_chunks_; ++c) owner_cache_[c].store(-1, std::memory_order_relaxed);
+  {
+    MutexLock l(mu_);
+    may_open_.assign(num_chunks_, true);
+  }
   if (me_ == 0) {
     MutexLock l(dir_mu_);
     dir_owner_.assign(num_chunks_, -1);

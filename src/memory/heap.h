@@ -308,6 +308,9 @@ class Heap {
   // Opened pages: the protocol that makes one this node's (set_opened_claimer).
   std::map<ProtocolId, std::function<void(PageId)>> claimers_ GUARDED_BY(mu_);
   uint64_t opened_ GUARDED_BY(mu_) = 0;  // pages kOpened in homes_ now
+  // Per chunk: whether first touches may open pages in it (no opened page of it was found
+  // untouched yet).
+  std::vector<bool> may_open_ GUARDED_BY(mu_);
 
   std::atomic<uint64_t> allocs_{0}, frees_{0}, chunks_{0}, home_queries_{0}, home_arbitrations_{0},
       first_touches_{0}, first_touches_local_{0}, homes_cached_{0}, home_windows_{0},

@@ -337,7 +337,7 @@ PageId Heap::open_first_touch_run(PageId page, PageId limit, ProtocolId protocol
   if (nodes_ == 1 || limit <= page + 1 || chunk >= num_chunks_ || !space_.can_tell_touched())
     return page + 1;
   MutexLock l(mu_);
-  if (claimers_.count(protocol) == 0) return page + 1;
+  if (claimers_.count(protocol) == 0 || !may_open_[chunk]) return page + 1;
   if (owner_cache_[chunk].load(std::memory_order_relaxed) == static_cast<int32_t>(me_)) {
     // As the owner: within the allocation (undecided pages of it are this node's to decide).
     const Record* r = find_record(page + 1);
@@ -429,6 +429,10 @@ void Heap::settle_opened_locked(PageId first, PageId end) {
       }
       opened_untouched_.fetch_add(1, std::memory_order_relaxed);
       --opened_;
+      // Other nodes touch pages of this chunk too (interleaved first touches, RADIX's runs of
+      // keys per digit): the pages this node opens in it would mostly be settled untouched,
+      // each a look and a protection change, so its first touches here go one page at a time.
+      may_open_[p / kChunkPages] = false;
       if (owner)
         homes_.erase(p, p + 1);
       else

@@ -177,6 +177,42 @@ TEST(SimTest, AFirstTouchOpensARunOnTwoNodes) {
   }
 }
 
+// Nodes that first-touch a chunk in turns (runs of 24 pages, as RADIX writes its keys per
+// digit): node 0's first run opens pages of node 1's, which node 1's question finds untouched;
+// from then on node 0's first touches in that chunk open nothing (each would be settled
+// untouched), and every page still goes to its writer.
+TEST(SimTest, FirstTouchesInTurnsStopOpeningRuns) {
+  Options o;
+  o.nodes = 2;
+  o.hlrc.first_touch_run = 16;
+  Simulation sim(o);
+  auto a = std::make_shared<uint64_t>(0);
+  const uint64_t b = barrier_id(0);
+  constexpr uint64_t kRun = 24, kTurns = 8;
+  auto homes = std::make_shared<std::vector<int>>(kRun * kTurns, -1);
+  for (uint32_t node = 0; node < 2; ++node)
+    sim.spawn(node, [a, b, node, homes](Thread& t) {
+      if (node == 0) *a = t.alloc(kRun * kTurns * kPage, memory::Placement::kFirstTouch, 0);
+      t.barrier(b, 2);
+      for (uint64_t turn = 0; turn < kTurns; ++turn) {
+        if (turn % 2 == node)
+          for (uint64_t p = turn * kRun; p < (turn + 1) * kRun; ++p) t.write(*a + p * kPage, p);
+        t.barrier(b, 2);
+      }
+      if (node == 0)
+        for (uint64_t p = 0; p < kRun * kTurns; ++p) (*homes)[p] = t.home_of(*a + p * kPage);
+    });
+  Status st = sim.run();
+  ASSERT_TRUE(st.is_ok()) << st.to_string();
+  for (uint64_t p = 0; p < kRun * kTurns; ++p)
+    EXPECT_EQ((*homes)[p], static_cast<int>((p / kRun) % 2)) << "page " << p;
+  const memory::Heap::Stats h = sim.heap_stats(0);
+  EXPECT_GE(h.opened_untouched, 1u);
+  // Opened in its first turn only (two runs of 15, less the pages settled as touched later).
+  EXPECT_LE(h.pages_opened, 2 * 15u);
+  EXPECT_GE(sim.hlrc_counters(0).write_faults.load(), 3 * kRun);
+}
+
 uint64_t scenario_messages(const std::string& name, uint32_t nodes, bool prefetch,
                            uint32_t push_pages = 0) {
   Options o;
