@@ -659,11 +659,13 @@ void Heap::answer_locked(const Query& q, Outbox& out) {
   // Pages of the chunk opened here ahead of use are decided first (touched, or undecided again):
   // the page asked about may be one, and the answer carries the chunk's decided homes, so that
   // the asker need not ask again about each run this node opened. This node's own question
-  // (its thread faulted on the page, which a first touch opened meanwhile) settles that page.
-  if (q.asker != me_)
+  // (its thread faulted on the page, which a first touch opened meanwhile) is its first touch.
+  if (q.asker != me_) {
     settle_chunk_locked(page);
-  else
-    settle_opened_locked(page, page + 1);
+  } else if (std::optional<HomeRun> v = homes_.find(page);
+             v && v->value.kind == HomeKind::kOpened) {
+    keep_opened_locked(page, v->value.protocol);
+  }
   const Record* r = find_record(page);
   // note: a page whose home was decided keeps it, even after its allocation is freed.
   if (std::optional<HomeRun> v = homes_.find(page)) {
