@@ -159,7 +159,8 @@ int32_t Heap::chunk_owner(uint64_t chunk) {
           Status::malformed(
               fmt::format("chunk {}: owner {}, this node, which did not take it", chunk, owner)));
     if (owner < 0)
-      if (std::string written = written_page_of(chunk); !written.empty())
+      if (std::string written = written_page_in(chunk * kChunkPages, (chunk + 1) * kChunkPages);
+          !written.empty())
         comm_.fail_bad_reply(
             0, heap_msg::kChunkOwner,
             Status::malformed(fmt::format("chunk {}: taken by nobody, but {}", chunk, written)));
@@ -169,16 +170,14 @@ int32_t Heap::chunk_owner(uint64_t chunk) {
   return owner;
 }
 
-std::string Heap::written_page_of(uint64_t chunk) {
-  const PageId first = chunk * kChunkPages;
-  const PageId end = std::min<PageId>(first + kChunkPages, table_.num_pages());
+std::string Heap::written_page_in(PageId first, PageId end) {
+  end = std::min<PageId>(end, table_.num_pages());
   for (PageId p = first; p < end; ++p) {
     const PageEntry* e = table_.find(p);
     if (e == nullptr) continue;
     MutexLock l(table_.lock_of(p));
     if (!e->required.empty())
-      return fmt::format("this node must see writes {} to page {} of it", e->required.to_string(),
-                         p);
+      return fmt::format("this node must see writes {} to page {}", e->required.to_string(), p);
   }
   return {};
 }
@@ -308,6 +307,8 @@ Status Heap::free_local(uintptr_t addr) {
       records_.erase(it);
       if (r.placement == Placement::kFirstTouch && r.protocol == default_protocol_)
         add_run(reuse_runs_, r.first, r.pages);
+      else if (r.placement != Placement::kFirstTouch)
+        retired_.emplace(r.first, r);
       return Status::ok();
     }
   }

@@ -233,6 +233,7 @@ class Heap {
   void flush(Outbox& out) EXCLUDES(mu_);
   Result<Answer> decode_answer(std::span<const std::byte> bytes, bool arbitration) const;
 
+  // The live allocation holding `page`, else the freed placed one (retired_), else null.
   const Record* find_record(PageId page) const REQUIRES(mu_);
   Result<PageId> alloc_pages(uint64_t pages, bool first_touch) EXCLUDES(mu_);
   static bool fit(std::map<PageId, uint64_t>& runs, uint64_t pages, PageId* out);
@@ -240,10 +241,11 @@ class Heap {
   Result<uint64_t> take_chunks(uint64_t chunks) EXCLUDES(mu_);
   Result<uint64_t> directory_take(uint64_t chunks, comm::NodeId owner) EXCLUDES(dir_mu_);
   int32_t chunk_owner(uint64_t chunk);
-  // What shows that `chunk` was taken: a page of it this node knows was written (a write is to
-  // allocated memory, and a taken chunk stays taken), as text; empty if nothing. The chunk
-  // directory's answer that nobody took the chunk is checked against it. Application threads.
-  std::string written_page_of(uint64_t chunk);
+  // What shows that a page in [first, end) was written: the writes of it this node must see, as
+  // text; empty if it knows none. A written page has a home for good (a write needs one, and
+  // neither a chunk's owner nor a decided home changes), so an answer that a chunk was taken by
+  // nobody, or that a page of it is not allocated, is checked against it. Application threads.
+  std::string written_page_in(PageId first, PageId end);
   Status free_local(uintptr_t addr) REQUIRES(mu_);
   // Settles the opened pages in [first, end): each becomes this node's if touched, else
   // undecided again (a window page back in the window). Restores the view's protection.
@@ -283,6 +285,10 @@ class Heap {
   std::map<PageId, uint64_t> fresh_runs_ GUARDED_BY(mu_);
   std::map<PageId, uint64_t> reuse_runs_ GUARDED_BY(mu_);
   std::map<PageId, Record> records_ GUARDED_BY(mu_);  // by first page
+  // Freed block/cyclic/on-node allocations (by first page). Their pages are retired and keep
+  // their homes, like a freed first-touch page its decided one: "not allocated" is answered only
+  // for a page nobody ever had a home for (and so nobody wrote), which an asker can check.
+  std::map<PageId, Record> retired_ GUARDED_BY(mu_);
   // What this node knows of first-touch homes: decided homes (its own decisions and answers it
   // received), its windows, and (as owner) the windows it delegated.
   HomeMap homes_ GUARDED_BY(mu_);

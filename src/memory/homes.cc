@@ -493,6 +493,14 @@ Heap::Resolved Heap::ask_owner(PageId page, int32_t owner) {
     comm_.fail_bad_reply(
         from, heap_msg::kHomeQuery,
         Status(a.status().code(), fmt::format("page {}: {}", page, a.status().message())));
+  // note: the owner says "not allocated" only about a page nobody ever had a home for
+  // (records of freed placed allocations are kept, decided first-touch homes too), which so was
+  // never written.
+  if (a->home == kNotAllocated)
+    if (std::string written = written_page_in(page, page + 1); !written.empty())
+      comm_.fail_bad_reply(
+          from, heap_msg::kHomeQuery,
+          Status::malformed(fmt::format("page {}: not allocated, but {}", page, written)));
   if (a->record_pages != 0) {
     const Record rec{a->record_first, a->record_pages, a->placement, a->node, false, a->protocol};
     if (Status s = check_answer_record(rec, page, a->home, a->protocol); !s)
@@ -584,6 +592,15 @@ Result<Heap::Answer> Heap::decode_answer(std::span<const std::byte> bytes, bool 
   if (h.home != kNotAllocated && h.protocol >= protocols)
     return Status::malformed(
         fmt::format("home answer names protocol {} ({} here)", h.protocol, protocols));
+  // note: "not allocated" has one form (answer_home_locked, arbitrate_locked): runs only in an
+  // arbitration's (the chunk's decided homes).
+  if (h.home == kNotAllocated &&
+      (h.placement != 0 || h.protocol != kProtocolUnknown || h.pad[0] != 0 || h.pad[1] != 0 ||
+       h.node != -1 || h.record_first != 0 || h.record_pages != 0 || (h.runs != 0 && !arbitration)))
+    return Status::malformed(fmt::format(
+        "home answer \"not allocated\" with placement {} protocol {} node {} record [{}, +{}) "
+        "and {} runs",
+        h.placement, h.protocol, h.node, h.record_first, h.record_pages, h.runs));
   Answer a;
   a.home = h.home;
   a.protocol = h.protocol;
@@ -647,11 +664,13 @@ void Heap::flush(Outbox& out) {
 // --- Owner ----------------------------------------------------------------------------------
 
 const Heap::Record* Heap::find_record(PageId page) const {
-  auto it = records_.upper_bound(page);
-  if (it == records_.begin()) return nullptr;
-  --it;
-  const Record& r = it->second;
-  return page < r.first + r.pages ? &r : nullptr;
+  for (const std::map<PageId, Record>* m : {&records_, &retired_}) {
+    auto it = m->upper_bound(page);
+    if (it == m->begin()) continue;
+    const Record& r = std::prev(it)->second;
+    if (page < r.first + r.pages) return &r;
+  }
+  return nullptr;
 }
 
 void Heap::answer_locked(const Query& q, Outbox& out) {

@@ -816,8 +816,61 @@ TEST(PeerInputDeathTest, ChunkOwnerAnswerDenyingAWrittenChunk) {
         });
       },
       "node 1: bad 'heap.chunk_owner' reply from node 0: malformed: chunk 0: taken by nobody, "
-      "but this node must see writes {0:1} to page 1 of it",
+      "but this node must see writes {0:1} to page 1",
       o);
+}
+
+// Found by the handlers fuzz target (run 6, at 6baa950): run 4's lie told by the chunk's owner
+// instead of the directory. Node 0's answer that page 1 of its allocation is not allocated
+// made node 1 take its read for a stray access, although node 1 held node 0's write notices
+// for it. An owner says "not allocated" only about a page nobody ever had a home for.
+TEST(PeerInputDeathTest, HomeAnswerDenyingAWrittenPage) {
+  Options o;
+  o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
+    if (h.is_reply() && h.type == memory::heap_msg::kHomeQuery && dst == 1 &&
+        payload->size() == 32) {
+      std::array<std::byte, 32> not_allocated{};  // the form the owner sends
+      const int32_t home = memory::kNotAllocated, node = -1;
+      std::memcpy(not_allocated.data(), &home, sizeof home);
+      not_allocated[5] = std::byte{memory::kProtocolUnknown};
+      std::memcpy(not_allocated.data() + 8, &node, sizeof node);
+      std::memcpy(payload->data(), not_allocated.data(), not_allocated.size());
+    }
+  };
+  auto a = std::make_shared<uint64_t>(0);
+  expect_stop(
+      [a](Simulation& sim) {
+        sim.spawn(0, [a](Thread& t) {
+          *a = t.alloc(4 * kPage, memory::Placement::kNode, 0, "lrc_mw");
+          t.write(*a + kPage, 1);
+          t.barrier(barrier_id(0), 2);
+        });
+        sim.spawn(1, [a](Thread& t) {
+          t.barrier(barrier_id(0), 2);
+          (void)t.read(*a + kPage);
+        });
+      },
+      "node 1: bad 'heap.home_query' reply from node 0: malformed: page 1: not allocated, but "
+      "this node must see writes {0:1} to page 1",
+      o);
+}
+
+// The fuzz input itself: "not allocated" with the answer's other fields not in its one form.
+TEST(PeerInputDeathTest, HomeAnswerNotAllocatedInAnotherForm) {
+  Options o;
+  o.tamper = [](const comm::WireHeader& h, comm::NodeId dst, comm::Buffer* payload) {
+    if (h.is_reply() && h.type == memory::heap_msg::kHomeQuery && dst == 1 &&
+        payload->size() == 32) {
+      const int32_t home = memory::kNotAllocated;
+      std::memcpy(payload->data(), &home, sizeof home);
+      std::memset(payload->data() + 4, 0xff, 8);  // placement, protocol, pad, node
+    }
+  };
+  expect_stop(node1_reads_node0s_allocation(memory::Placement::kNode),
+              "node 1: bad 'heap.home_query' reply from node 0: malformed: page 0: home answer "
+              "\"not allocated\" with placement 255 protocol 255 node -1 record [0, +4) and 0 "
+              "runs",
+              o);
 }
 
 // After a successful run, a posted message is delivered by settle() (the fuzz harness,

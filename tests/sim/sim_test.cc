@@ -716,6 +716,32 @@ TEST(SimDeathTest, ReportsAnAccessToUnallocatedMemory) {
               testing::ExitedWithCode(0), "unallocated");
 }
 
+// A freed block/cyclic/on-node allocation's pages are retired and keep their homes (as a freed
+// first-touch page keeps its decided one): reading one after the free reads what was written
+// (as with malloc), and an owner's "not allocated" stays an answer about pages nobody wrote,
+// which the asker can check (PeerInputDeathTest.HomeAnswerDenyingAWrittenPage).
+TEST(SimTest, AFreedPlacedAllocationKeepsItsHomes) {
+  for (const char* protocol : {"hlrc", "lrc_mw"}) {
+    Options o;
+    Simulation sim(o);
+    auto a = std::make_shared<uint64_t>(0);
+    auto seen = std::make_shared<uint64_t>(0);
+    sim.spawn(0, [a, protocol](Thread& t) {
+      *a = t.alloc(4 * kPage, memory::Placement::kNode, 0, protocol);
+      t.write(*a + kPage, 7);
+      t.free(*a);
+      t.barrier(barrier_id(0), 2);
+    });
+    sim.spawn(1, [a, seen](Thread& t) {
+      t.barrier(barrier_id(0), 2);
+      *seen = t.read(*a + kPage);
+    });
+    Status s = sim.run();
+    ASSERT_TRUE(s.is_ok()) << protocol << ": " << s.to_string();
+    EXPECT_EQ(*seen, 7u) << protocol;
+  }
+}
+
 // A first-touch page in a node's window (delegated to it, docs/memory.md) that nobody touched
 // before its allocation was freed has no home: another node's access to it is an access to
 // unallocated memory, as before windows (its owner asks the delegate for a decided home only).
