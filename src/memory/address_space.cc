@@ -330,6 +330,30 @@ bool AddressSpace::touched(PageId p) const {
   return data == at;
 }
 
+PageId AddressSpace::next_touched(PageId p, PageId end) const {
+  if (p >= end) return end;
+  const off_t data = ::lseek(fd_, static_cast<off_t>(p << kPageShift), SEEK_DATA);
+  if (data < 0) return errno == ENXIO ? end : p;  // ENXIO: no data at or after p; else unsure
+  return std::min<PageId>(static_cast<PageId>(data) >> kPageShift, end);
+}
+
+PageId AddressSpace::next_untouched(PageId p, PageId end) const {
+  // why not lseek(SEEK_HOLE): it scans on to the file's first hole, however far past `end`
+  // (a settle of one run in a node's 64 MiB of touched pages read all of them). mincore on the
+  // system view is bounded; a page it reports absent is looked at again with touched() (a
+  // page swapped out is absent but touched).
+  constexpr PageId kBatch = 256;
+  unsigned char resident[kBatch];
+  while (p < end) {
+    const PageId n = std::min<PageId>(end - p, kBatch);
+    if (::mincore(sys_page(p), n << kPageShift, resident) != 0) return p;  // unsure: look
+    for (PageId i = 0; i < n; ++i)
+      if ((resident[i] & 1) == 0 && !touched(p + i)) return p + i;
+    p += n;
+  }
+  return end;
+}
+
 void AddressSpace::back(PageId p) {
   // note: the memfd holds page p at offset p * kPageBytes, heap and static segment alike.
   (void)::fallocate(fd_, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(p << kPageShift), kPageBytes);

@@ -77,6 +77,8 @@ class AddressSpace final : public PageFrames {
   // pages for shared memory: one touch would give memory to the pages around it.
   bool can_tell_touched() const override { return tell_touched_; }
   bool touched(PageId p) const override;
+  PageId next_touched(PageId p, PageId end) const override;    // lseek(SEEK_DATA)
+  PageId next_untouched(PageId p, PageId end) const override;  // mincore
   // Makes the whole static segment readable and writable again (when the runtime stops: the
   // program's data must stay usable without a fault handler). REQUIRES: this node holds valid
   // copies (node 0, its home, after the last barrier).

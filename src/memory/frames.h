@@ -86,6 +86,16 @@ class PageFrames {
     (void)p;
     return true;
   }
+  // The first page in [p, end) that touched() (next_touched) or !touched() (next_untouched)
+  // holds for, else end: a run of pages looked at with one question where the frames can.
+  virtual PageId next_touched(PageId p, PageId end) const {
+    while (p < end && !touched(p)) ++p;
+    return p;
+  }
+  virtual PageId next_untouched(PageId p, PageId end) const {
+    while (p < end && touched(p)) ++p;
+    return p;
+  }
 
   // --- Write tracking (optional) -------------------------------------------------------------
   // Frames that can track writes keep a write-protect bit per page beside its protection: an

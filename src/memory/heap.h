@@ -254,7 +254,10 @@ class Heap {
   void settle_chunk_locked(PageId page) REQUIRES(mu_);
   // Opened page `page` is this node's (touched): decided as its first touch, taken by the
   // protocol. The caller sees to the view's protection.
-  void keep_opened_locked(PageId page, ProtocolId protocol) REQUIRES(mu_);
+  void keep_opened_locked(PageId page, ProtocolId protocol) REQUIRES(mu_) {
+    keep_opened_locked(page, page + 1, protocol);
+  }
+  void keep_opened_locked(PageId first, PageId end, ProtocolId protocol) REQUIRES(mu_);
   // Whether this node would decide page `page` itself at its first touch: undecided in a chunk
   // it owns, or in its window.
   bool decides_locally_locked(PageId page) const REQUIRES(mu_);

@@ -392,12 +392,13 @@ void Heap::settle_chunk_locked(PageId page) {
   settle_opened_locked(lo, hi);
 }
 
-void Heap::keep_opened_locked(PageId page, ProtocolId protocol) {
-  Status s = set_home_locked(page, page + 1, static_cast<int32_t>(me_), protocol, true);
-  LOOM_CHECK(s.is_ok(), "opened page {}, touched: {}", page, s.to_string());
-  opened_kept_.fetch_add(1, std::memory_order_relaxed);
-  --opened_;
-  claimers_.at(protocol)(page);
+void Heap::keep_opened_locked(PageId first, PageId end, ProtocolId protocol) {
+  Status s = set_home_locked(first, end, static_cast<int32_t>(me_), protocol, true);
+  LOOM_CHECK(s.is_ok(), "opened pages [{}, {}), touched: {}", first, end, s.to_string());
+  opened_kept_.fetch_add(end - first, std::memory_order_relaxed);
+  opened_ -= end - first;
+  const std::function<void(PageId)>& claim = claimers_.at(protocol);
+  for (PageId p = first; p < end; ++p) claim(p);
 }
 
 void Heap::settle_opened_locked(PageId first, PageId end) {
@@ -409,34 +410,38 @@ void Heap::settle_opened_locked(PageId first, PageId end) {
     const ProtocolId protocol = k.value.protocol;
     // Touched pages are this node's, as they are (open). The others are closed before they are
     // looked at again: a touch between the two looks is then seen by the second, and none
-    // comes after it.
-    std::vector<PageId> untouched;
-    for (PageId p = k.first; p < k.end; ++p) {
-      if (space_.touched(p))
-        keep_opened_locked(p, protocol);
-      else
-        untouched.push_back(p);
+    // comes after it. Looked at a run at a time (one lseek per run, not per page).
+    std::vector<PageRun> untouched;
+    for (PageId p = k.first; p < k.end;) {
+      const PageId t = space_.next_touched(p, k.end);
+      if (t > p) untouched.push_back({p, t - p});
+      if (t == k.end) break;
+      p = space_.next_untouched(t, k.end);
+      keep_opened_locked(t, p, protocol);
     }
-    for (size_t i = 0, j = 0; i < untouched.size(); i = j) {
-      for (j = i + 1; j < untouched.size() && untouched[j] == untouched[j - 1] + 1;) ++j;
-      space_.protect(untouched[i], j - i, Prot::kNone);
-    }
-    for (PageId p : untouched) {
-      if (space_.touched(p)) {
-        keep_opened_locked(p, protocol);
-        space_.protect(p, 1, Prot::kReadWrite);
-        continue;
+    for (const PageRun& r : untouched) space_.protect(r.first, r.count, Prot::kNone);
+    for (const PageRun& r : untouched) {
+      const PageId e = r.first + r.count;
+      for (PageId p = r.first; p < e;) {
+        const PageId t = space_.next_touched(p, e);
+        if (t > p) {
+          opened_untouched_.fetch_add(t - p, std::memory_order_relaxed);
+          opened_ -= t - p;
+          // Other nodes touch pages of this chunk too (interleaved first touches, RADIX's runs
+          // of keys per digit): the pages this node opens in it would mostly be settled
+          // untouched, each a look and a protection change, so its first touches here go one
+          // page at a time.
+          for (uint64_t c = p / kChunkPages; c <= (t - 1) / kChunkPages; ++c) may_open_[c] = false;
+          if (owner)
+            homes_.erase(p, t);
+          else
+            homes_.assign(p, t, {HomeKind::kWindow, protocol, -1});
+        }
+        if (t == e) break;
+        p = space_.next_untouched(t, e);
+        keep_opened_locked(t, p, protocol);
+        space_.protect(t, p - t, Prot::kReadWrite);
       }
-      opened_untouched_.fetch_add(1, std::memory_order_relaxed);
-      --opened_;
-      // Other nodes touch pages of this chunk too (interleaved first touches, RADIX's runs of
-      // keys per digit): the pages this node opens in it would mostly be settled untouched,
-      // each a look and a protection change, so its first touches here go one page at a time.
-      may_open_[p / kChunkPages] = false;
-      if (owner)
-        homes_.erase(p, p + 1);
-      else
-        homes_.assign(p, p + 1, {HomeKind::kWindow, protocol, -1});
     }
   }
 }

@@ -73,6 +73,17 @@ TEST(AddressSpace, TouchedTellsPagesAnAccessGaveMemory) {
   EXPECT_FALSE(a.touched(0));
   EXPECT_FALSE(a.touched(4));  // after them
   EXPECT_FALSE(a.touched(a.heap_pages() - 1));
+  // The same, a run at a time: touched pages 1..3, then untouched up to the region's end.
+  EXPECT_EQ(a.next_touched(0, 8), 1u);
+  EXPECT_EQ(a.next_touched(2, 8), 2u);
+  EXPECT_EQ(a.next_untouched(1, 8), 4u);
+  EXPECT_EQ(a.next_untouched(0, 8), 0u);
+  EXPECT_EQ(a.next_untouched(1, 3), 3u);  // bounded by end
+  EXPECT_EQ(a.next_touched(4, 8), 8u);    // none: end
+  EXPECT_EQ(a.next_touched(4, a.heap_pages()), a.heap_pages());
+  a.sys_page(6)[0] = std::byte{3};
+  EXPECT_EQ(a.next_touched(4, 8), 6u);
+  EXPECT_EQ(a.next_untouched(6, 8), 7u);
 }
 
 // A program's data (here: an anonymous private mapping standing in for .data/.bss) becomes the
