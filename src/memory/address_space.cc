@@ -354,9 +354,10 @@ PageId AddressSpace::next_untouched(PageId p, PageId end) const {
   return end;
 }
 
-void AddressSpace::back(PageId p) {
+void AddressSpace::back(PageId first, size_t count) {
   // note: the memfd holds page p at offset p * kPageBytes, heap and static segment alike.
-  (void)::fallocate(fd_, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(p << kPageShift), kPageBytes);
+  (void)::fallocate(fd_, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(first << kPageShift),
+                    static_cast<off_t>(count << kPageShift));
 }
 
 void AddressSpace::protect(PageId first, size_t count, Prot prot) {

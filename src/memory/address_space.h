@@ -72,7 +72,7 @@ class AddressSpace final : public PageFrames {
   void protect(PageId first, size_t count, Prot prot) override;
   // Allocates the page in the memfd (fallocate). why not MADV_POPULATE_WRITE on the system
   // view: measured ~1 µs slower per page here (bench/RESULTS.md, read fault).
-  void back(PageId p) override;
+  void back(PageId first, size_t count) override;
   // A page never used is a hole of the memfd (lseek SEEK_DATA). Not with transparent huge
   // pages for shared memory: one touch would give memory to the pages around it.
   bool can_tell_touched() const override { return tell_touched_; }

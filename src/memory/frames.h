@@ -71,10 +71,14 @@ class PageFrames {
   virtual std::byte* sys_page(PageId p) const = 0;
   // Sets the application view's access to pages [first, first+count).
   virtual void protect(PageId first, size_t count, Prot prot) = 0;
-  // A hint for a page this node is about to use for the first time: give it its memory now
-  // (a node's copy of a page is otherwise allocated by the kernel at its first use, which costs
-  // microseconds). Changes no contents and no protection; may do nothing.
-  virtual void back(PageId p) { (void)p; }
+  // A hint for pages [first, first+count) this node is about to use for the first time: give
+  // them their memory now (a node's copy of a page is otherwise allocated by the kernel at its
+  // first use, a fault each, which costs microseconds). Changes no contents and no protection;
+  // may do nothing.
+  virtual void back(PageId first, size_t count) {
+    (void)first;
+    (void)count;
+  }
 
   // --- Touched pages (optional) ---------------------------------------------------------------
   // Whether touched() can tell a page no access on this node ever gave memory to.
@@ -87,7 +91,8 @@ class PageFrames {
     return true;
   }
   // The first page in [p, end) that touched() (next_touched) or !touched() (next_untouched)
-  // holds for, else end: a run of pages looked at with one question where the frames can.
+  // holds for, else end: a run of pages looked at with one question where the frames can. As
+  // conservative as touched(): next_untouched may pass over a page back() gave memory to.
   virtual PageId next_touched(PageId p, PageId end) const {
     while (p < end && !touched(p)) ++p;
     return p;

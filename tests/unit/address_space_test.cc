@@ -42,7 +42,7 @@ TEST(AddressSpace, BackAllocatesThePageAndKeepsItsBytes) {
   ASSERT_TRUE(as) << as.status().to_string();
   AddressSpace& a = **as;
   ASSERT_EQ(a.stats().backed_bytes, 0u);
-  a.back(5);
+  a.back(5, 1);
   const uint64_t one = a.stats().backed_bytes;
   EXPECT_GE(one, kPageBytes);
   EXPECT_LE(one, kHugePage);
@@ -50,9 +50,15 @@ TEST(AddressSpace, BackAllocatesThePageAndKeepsItsBytes) {
   std::memcpy(a.sys_page(9000), "kept", 5);  // another huge page's worth away
   const uint64_t two = a.stats().backed_bytes;
   EXPECT_GT(two, one);
-  a.back(9000);
+  a.back(9000, 1);
   EXPECT_EQ(a.stats().backed_bytes, two);
   EXPECT_STREQ(reinterpret_cast<const char*>(a.sys_page(9000)), "kept");
+  // A run in one call: every page of it, and its neighbours' bytes kept.
+  std::memcpy(a.sys_page(9001), "next", 5);
+  a.back(8990, 20);
+  EXPECT_GE(a.stats().backed_bytes, two + 18 * kPageBytes);
+  EXPECT_STREQ(reinterpret_cast<const char*>(a.sys_page(9000)), "kept");
+  EXPECT_STREQ(reinterpret_cast<const char*>(a.sys_page(9001)), "next");
 }
 
 // touched() tells a page no access ever gave memory (a hole of the memfd) from one that some

@@ -585,6 +585,21 @@ Status Hlrc::wait_page_reply(comm::Completion& done, PageId page, int32_t home, 
   return comm_.wait(done);
 }
 
+void Hlrc::back_first_used(PageId page, bool first_use, const std::vector<ExtraPage>& extras) {
+  PageId run = page, count = first_use ? 1 : 0;
+  for (const ExtraPage& x : extras) {
+    if (!x.first_use) continue;
+    if (count != 0 && x.page == run + count) {
+      ++count;
+      continue;
+    }
+    if (count != 0) space_.back(run, count);
+    run = x.page;
+    count = 1;
+  }
+  if (count != 0) space_.back(run, count);
+}
+
 bool Hlrc::fetch(PageId page, bool is_write, Stall& stall) {
   PageEntry& e = table_.at(page);
   int64_t t0 = now();
@@ -614,9 +629,10 @@ bool Hlrc::fetch(PageId page, bool is_write, Stall& stall) {
     comm::Comm::Request call;
     Status sent =
         comm_.start_request(static_cast<comm::NodeId>(home), msg::kPageRequest, req, &call);
-    // why: the kernel allocates a page of our memfd at its first use, in the copy below; done
-    // while the request travels, part of that cost is off the fault's path (bench/RESULTS.md).
-    if (sent && first_use) space_.back(page);
+    // why: the kernel allocates a page of our memfd at its first use, in the copy below, with a
+    // fault of its own; done while the request travels, one call per run, that cost is off the
+    // fault's path (bench/RESULTS.md).
+    if (sent) back_first_used(page, first_use, extras);
     const Status got = sent ? wait_page_reply(call.done, page, home, is_write, stall) : sent;
     counters_.fetch_wait_ns.fetch_add(now() - w0, std::memory_order_relaxed);
     if (!got)
@@ -1190,7 +1206,7 @@ std::vector<Hlrc::ExtraPage> Hlrc::claim_ahead(PageId page, int32_t home, uint32
         e->fetching || e->twin != nullptr || e->taking)
       break;
     e->fetching = true;
-    out.push_back({q, e->required});
+    out.push_back({q, e->required, e->state == st(PageState::kUnknown)});
   }
   return out;
 }
@@ -1823,6 +1839,9 @@ Status Hlrc::send_page_reply(const comm::ReplyTo& to, std::vector<std::byte> pay
   if (!extras.empty()) {
     // The extra pages the home can answer now; the others the requester fetches when it needs
     // them. Each under its own stripe lock (no other is held).
+    // note: room for all of them at once (a page, its header and a short version each): grown
+    // page by page, the reply was copied again at each doubling.
+    payload.reserve(payload.size() + 4 + extras.size() * (kPageBytes + 64));
     ByteWriter w(&payload);
     const size_t at = w.size();
     uint32_t n = 0;

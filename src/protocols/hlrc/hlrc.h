@@ -238,6 +238,7 @@ class Hlrc final : public Protocol, public Consistency {
   struct ExtraPage {
     memory::PageId page;
     memory::VersionVec need;
+    bool first_use = false;  // never held here: its memfd page is still a hole
   };
   struct HeldRequest {
     comm::ReplyTo to;
@@ -321,6 +322,9 @@ class Hlrc final : public Protocol, public Consistency {
   // Marks the pages after `page` that this node would fetch from `home` as being fetched, and
   // returns them (at most `count`): invalid copies without local writes, of the same home.
   std::vector<ExtraPage> claim_ahead(memory::PageId page, int32_t home, uint32_t count);
+  // Gives the pages of a request that were never held here their memory (PageFrames::back),
+  // one call per run: `page` if `first_use`, and the extras marked so.
+  void back_first_used(memory::PageId page, bool first_use, const std::vector<ExtraPage>& extras);
   // The writers whose intervals in `stamp` are newer than this node's notices of them; sets
   // `*unapplied` if some interval is newer than what this node's acquires have applied.
   std::vector<uint32_t> writers_ahead(const memory::VersionVec& stamp,
