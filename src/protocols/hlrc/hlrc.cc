@@ -511,32 +511,34 @@ void Hlrc::open_first_touch_run(PageId page) {
     std::vector<PageId> open;
     for (PageId p : batch) {
       PageEntry& f = table_.at(p);
-      if (f.home == memory::kHomeUnknown) f.home = static_cast<int32_t>(me_);
-      if (f.protocol == memory::kProtocolUnknown) f.protocol = kHlrcId;
+      if (take_first_touched(f)) {
+        open.push_back(p);
+        continue;
+      }
       LOOM_CHECK(f.home == static_cast<int32_t>(me_) && f.protocol == kHlrcId,
                  "a page this node's heap just made its own: {}", dump_page(p));
-      if (f.state != st(PageState::kUnknown) || f.fetching) continue;
-      f.state = st(PageState::kHomePrivate);
-      f.prot = Prot::kReadWrite;
-      open.push_back(p);
     }
     counters_.first_touch_run_pages.fetch_add(open.size(), std::memory_order_relaxed);
     protect_ranges(std::move(open), Prot::kReadWrite);
   });
 }
 
-void Hlrc::claim_opened(PageId page) {
-  PageEntry& e = table_.at(page);
-  MutexLock l(table_.lock_of(page));
-  // As fault_home takes a first-touched page (the heap restores the view's protection). An entry
-  // that something else has set meanwhile (a message about the page) keeps what that did.
+bool Hlrc::take_first_touched(PageEntry& e) {
   if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
   if (e.protocol == memory::kProtocolUnknown) e.protocol = kHlrcId;
   if (e.home != static_cast<int32_t>(me_) || e.protocol != kHlrcId ||
       e.state != st(PageState::kUnknown) || e.fetching)
-    return;
+    return false;
   e.state = st(PageState::kHomePrivate);
   e.prot = Prot::kReadWrite;
+  return true;
+}
+
+void Hlrc::claim_opened(PageId page) {
+  PageEntry& e = table_.at(page);
+  MutexLock l(table_.lock_of(page));
+  // (the heap restores the view's protection)
+  (void)take_first_touched(e);
 }
 
 bool Hlrc::fault_home(PageId page, PageEntry& e, bool is_write, MutexLock& held) {

@@ -262,6 +262,11 @@ class Hlrc final : public Protocol, public Consistency {
   // An opened page (Heap::open_first_touch_run) that the heap found touched: this node's
   // home-private page, open for writing. Called under the heap's lock.
   void claim_opened(memory::PageId page);
+  // As fault_home takes a first-touched page: an unset home and protocol become this node's and
+  // HLRC's, and a page never used becomes home-private, open for writing (true). An entry that
+  // something else set meanwhile (a fault, a message about the page) keeps what that did. The
+  // caller holds the page's stripe and sets the view's protection.
+  bool take_first_touched(memory::PageEntry& e);
   bool fault_home(memory::PageId page, memory::PageEntry& e, bool is_write, MutexLock& held)
       REQUIRES(table_.lock_of(page));
   // A fault's wait: since when, and whether it has said that it waits long.
