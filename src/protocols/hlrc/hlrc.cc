@@ -1751,8 +1751,14 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
   if (r.left() != 0) return Status::malformed("page request: trailing bytes");
   PageEntry& e = table_.at(page);
   std::vector<std::byte> out;
+  // note: the asked page and its extra pages under their stripes together (at most
+  // kMaxBatchPages), so that the private pages among all of them are armed (or write-protected)
+  // in one call per run before any is copied: the asked page's own call was one more per request.
+  std::vector<PageId> ids{page};
+  for (const ExtraPage& x : extras) ids.push_back(x.page);
   do {
-    MutexLock l(table_.lock_of(page));
+    memory::PageTable::StripeSet locks(table_, ids);
+    table_.lock_of(page).assert_held();
     if (Status s = check_page_protocol(page, e, kHlrcId, "page request"); !s) return s;
     if (e.home == memory::kHomeUnknown) e.home = static_cast<int32_t>(me_);
     if (e.home != static_cast<int32_t>(me_)) {
@@ -1784,8 +1790,20 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
       held_requests_[page].push_back({in.reply_to(), std::move(need), std::move(extras)});
       return Status::ok();
     }
-    bool never_used = share_locked(page, e, in.src());
+    DeferredSharing defer;
+    const bool never_used = share_locked(page, e, in.src(), &defer);
+    std::vector<std::pair<PageId, bool>> send =
+        share_extras_locked(extras, 0, {ids.begin() + 1, ids.end()}, in.src(), &defer);
+    finish_sharing(defer);
     out = page_reply_locked(page, e, never_used);
+    if (!extras.empty()) {
+      out.reserve(out.size() + 4 + send.size() * (kPageBytes + 64));
+      ByteWriter w(&out);
+      w.u32(static_cast<uint32_t>(send.size()));
+      write_extras_locked(w, send);
+      counters_.pages_sent_ahead.fetch_add(send.size(), std::memory_order_relaxed);
+      extras.clear();  // answered
+    }
   } while (false);
   // note: sent after the stripe lock is released. Replying takes the transport's lock, which
   // this thread may already hold when the handler runs inside transport progress; no stripe
@@ -1836,6 +1854,38 @@ bool Hlrc::share_locked(PageId page, PageEntry& e, comm::NodeId reader, Deferred
   return never_used;
 }
 
+std::vector<std::pair<PageId, bool>> Hlrc::share_extras_locked(const std::vector<ExtraPage>& extras,
+                                                               size_t first,
+                                                               const std::vector<PageId>& pages,
+                                                               comm::NodeId reader,
+                                                               DeferredSharing* defer) {
+  std::vector<std::pair<PageId, bool>> send;  // page, zero
+  for (size_t i = 0; i < pages.size(); ++i) {
+    const PageId page = pages[i];
+    table_.lock_of(page).assert_held();  // the caller holds the pages' stripes
+    const ExtraPage& x = extras[first + i];
+    PageEntry& e = table_.at(page);
+    if (e.home == memory::kHomeUnknown && e.state == st(PageState::kUnknown))
+      e.home = static_cast<int32_t>(me_);
+    // (an extra page of another protocol is not HLRC's to send: the requester's fault asks)
+    if (e.home != static_cast<int32_t>(me_) || e.state == st(PageState::kHomeMoving) ||
+        !e.version.covers(x.need) || !check_page_protocol(page, e, kHlrcId, "").is_ok())
+      continue;
+    send.push_back({page, share_locked(page, e, reader, defer)});
+  }
+  return send;
+}
+
+void Hlrc::write_extras_locked(ByteWriter& w, const std::vector<std::pair<PageId, bool>>& send) {
+  for (const auto& [page, zero] : send) {
+    table_.lock_of(page).assert_held();
+    w.u64(page);
+    w.u32(zero ? kReplyZero : kReplyPage);
+    write_version(w, table_.at(page).version);
+    if (!zero) w.bytes({space_.sys_page(page), kPageBytes});
+  }
+}
+
 Status Hlrc::send_page_reply(const comm::ReplyTo& to, std::vector<std::byte> payload,
                              const std::vector<ExtraPage>& extras) {
   if (!extras.empty()) {
@@ -1854,30 +1904,15 @@ Status Hlrc::send_page_reply(const comm::ReplyTo& to, std::vector<std::byte> pay
     std::vector<PageId> ids;
     ids.reserve(extras.size());
     for (const ExtraPage& x : extras) ids.push_back(x.page);
-    size_t k = 0;  // extras[k] is the next asked page
+    size_t k = 0;  // extras[k] is the first page of the batch
     in_stripe_batches(table_, ids, [&](const std::vector<PageId>& batch) {
       DeferredSharing defer;
-      std::vector<std::pair<PageId, bool>> send;  // page, zero
-      for (PageId page : batch) {
-        table_.lock_of(page).assert_held();  // in_stripe_batches holds the batch's stripes
-        const ExtraPage& x = extras[k++];
-        PageEntry& e = table_.at(page);
-        if (e.home == memory::kHomeUnknown && e.state == st(PageState::kUnknown))
-          e.home = static_cast<int32_t>(me_);
-        // (an extra page of another protocol is not HLRC's to send: the requester's fault asks)
-        if (e.home != static_cast<int32_t>(me_) || e.state == st(PageState::kHomeMoving) ||
-            !e.version.covers(x.need) || !check_page_protocol(page, e, kHlrcId, "").is_ok())
-          continue;
-        send.push_back({page, share_locked(page, e, to.node, &defer)});
-      }
+      std::vector<std::pair<PageId, bool>> send =
+          share_extras_locked(extras, k, batch, to.node, &defer);
+      k += batch.size();
       finish_sharing(defer);
-      for (const auto& [page, zero] : send) {
-        w.u64(page);
-        w.u32(zero ? kReplyZero : kReplyPage);
-        write_version(w, table_.at(page).version);
-        if (!zero) w.bytes({space_.sys_page(page), kPageBytes});
-        ++n;
-      }
+      write_extras_locked(w, send);
+      n += static_cast<uint32_t>(send.size());
     });
     w.patch_u32(at, n);
     counters_.pages_sent_ahead.fetch_add(n, std::memory_order_relaxed);
