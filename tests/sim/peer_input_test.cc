@@ -681,6 +681,24 @@ std::function<void(Simulation&)> node1_reads_node0s_allocation(memory::Placement
   };
 }
 
+// Node 0 allocates 4 pages of an lrc_mw allocation placed at node 0 and writes page 1; after a
+// barrier, node 1 reads at `offset` in it. (An lrc_mw page: its writes are announced although no
+// other node has a copy, so node 1 holds node 0's write notice for page 1.)
+std::function<void(Simulation&)> node1_reads_after_node0_wrote_page1(uint64_t offset) {
+  auto a = std::make_shared<uint64_t>(0);
+  return [a, offset](Simulation& sim) {
+    sim.spawn(0, [a](Thread& t) {
+      *a = t.alloc(4 * kPage, memory::Placement::kNode, 0, "lrc_mw");
+      t.write(*a + kPage, 1);
+      t.barrier(barrier_id(0), 2);
+    });
+    sim.spawn(1, [a, offset](Thread& t) {
+      t.barrier(barrier_id(0), 2);
+      (void)t.read(*a + offset);
+    });
+  };
+}
+
 // Found by the handlers fuzz target: an answer whose allocation record placed the page elsewhere
 // than the answer's own home (record [0, +253) at node 1, home 0) made node 1 its own home for
 // the whole record, and the job later waited forever. AnswerHeader (memory/homes.cc): home at
@@ -802,19 +820,8 @@ TEST(PeerInputDeathTest, ChunkOwnerAnswerDenyingAWrittenChunk) {
       std::memcpy(payload->data(), &nobody, sizeof nobody);
     }
   };
-  auto a = std::make_shared<uint64_t>(0);
   expect_stop(
-      [a](Simulation& sim) {
-        sim.spawn(0, [a](Thread& t) {
-          *a = t.alloc(4 * kPage, memory::Placement::kNode, 0, "lrc_mw");
-          t.write(*a + kPage, 1);
-          t.barrier(barrier_id(0), 2);
-        });
-        sim.spawn(1, [a](Thread& t) {
-          t.barrier(barrier_id(0), 2);
-          (void)t.read(*a);
-        });
-      },
+      node1_reads_after_node0_wrote_page1(0),
       "node 1: bad 'heap.chunk_owner' reply from node 0: malformed: chunk 0: taken by nobody, "
       "but this node must see writes {0:1} to page 1",
       o);
@@ -837,19 +844,8 @@ TEST(PeerInputDeathTest, HomeAnswerDenyingAWrittenPage) {
       std::memcpy(payload->data(), not_allocated.data(), not_allocated.size());
     }
   };
-  auto a = std::make_shared<uint64_t>(0);
   expect_stop(
-      [a](Simulation& sim) {
-        sim.spawn(0, [a](Thread& t) {
-          *a = t.alloc(4 * kPage, memory::Placement::kNode, 0, "lrc_mw");
-          t.write(*a + kPage, 1);
-          t.barrier(barrier_id(0), 2);
-        });
-        sim.spawn(1, [a](Thread& t) {
-          t.barrier(barrier_id(0), 2);
-          (void)t.read(*a + kPage);
-        });
-      },
+      node1_reads_after_node0_wrote_page1(kPage),
       "node 1: bad 'heap.home_query' reply from node 0: malformed: page 1: not allocated, but "
       "this node must see writes {0:1} to page 1",
       o);
