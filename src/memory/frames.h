@@ -101,6 +101,23 @@ class PageFrames {
     while (p < end && touched(p)) ++p;
     return p;
   }
+  // The runs of [first, end) that are all touched or all untouched, in order, looked at with
+  // next_touched/next_untouched.
+  struct TouchRun {
+    PageId first, end;
+    bool touched;
+  };
+  std::vector<TouchRun> touch_runs(PageId first, PageId end) const {
+    std::vector<TouchRun> runs;
+    for (PageId p = first; p < end;) {
+      const PageId t = next_touched(p, end);
+      if (t > p) runs.push_back({p, t, false});
+      if (t == end) break;
+      p = next_untouched(t, end);
+      runs.push_back({t, p, true});
+    }
+    return runs;
+  }
 
   // --- Write tracking (optional) -------------------------------------------------------------
   // Frames that can track writes keep a write-protect bit per page beside its protection: an

@@ -411,36 +411,33 @@ void Heap::settle_opened_locked(PageId first, PageId end) {
     // Touched pages are this node's, as they are (open). The others are closed before they are
     // looked at again: a touch between the two looks is then seen by the second, and none
     // comes after it. Looked at a run at a time (one lseek per run, not per page).
-    std::vector<PageRun> untouched;
-    for (PageId p = k.first; p < k.end;) {
-      const PageId t = space_.next_touched(p, k.end);
-      if (t > p) untouched.push_back({p, t - p});
-      if (t == k.end) break;
-      p = space_.next_untouched(t, k.end);
-      keep_opened_locked(t, p, protocol);
+    std::vector<PageFrames::TouchRun> untouched;
+    for (const PageFrames::TouchRun& t : space_.touch_runs(k.first, k.end)) {
+      if (t.touched)
+        keep_opened_locked(t.first, t.end, protocol);
+      else
+        untouched.push_back(t);
     }
-    for (const PageRun& r : untouched) space_.protect(r.first, r.count, Prot::kNone);
-    for (const PageRun& r : untouched) {
-      const PageId e = r.first + r.count;
-      for (PageId p = r.first; p < e;) {
-        const PageId t = space_.next_touched(p, e);
-        if (t > p) {
-          opened_untouched_.fetch_add(t - p, std::memory_order_relaxed);
-          opened_ -= t - p;
-          // Other nodes touch pages of this chunk too (interleaved first touches, RADIX's runs
-          // of keys per digit): the pages this node opens in it would mostly be settled
-          // untouched, each a look and a protection change, so its first touches here go one
-          // page at a time.
-          for (uint64_t c = p / kChunkPages; c <= (t - 1) / kChunkPages; ++c) may_open_[c] = false;
-          if (owner)
-            homes_.erase(p, t);
-          else
-            homes_.assign(p, t, {HomeKind::kWindow, protocol, -1});
+    for (const PageFrames::TouchRun& r : untouched)
+      space_.protect(r.first, r.end - r.first, Prot::kNone);
+    for (const PageFrames::TouchRun& r : untouched) {
+      for (const PageFrames::TouchRun& t : space_.touch_runs(r.first, r.end)) {
+        if (t.touched) {
+          keep_opened_locked(t.first, t.end, protocol);
+          space_.protect(t.first, t.end - t.first, Prot::kReadWrite);
+          continue;
         }
-        if (t == e) break;
-        p = space_.next_untouched(t, e);
-        keep_opened_locked(t, p, protocol);
-        space_.protect(t, p - t, Prot::kReadWrite);
+        opened_untouched_.fetch_add(t.end - t.first, std::memory_order_relaxed);
+        opened_ -= t.end - t.first;
+        // Other nodes touch pages of this chunk too (interleaved first touches, RADIX's runs of
+        // keys per digit): the pages this node opens in it would mostly be settled untouched,
+        // each a look and a protection change, so its first touches here go one page at a time.
+        for (uint64_t c = t.first / kChunkPages; c <= (t.end - 1) / kChunkPages; ++c)
+          may_open_[c] = false;
+        if (owner)
+          homes_.erase(t.first, t.end);
+        else
+          homes_.assign(t.first, t.end, {HomeKind::kWindow, protocol, -1});
       }
     }
   }
