@@ -96,6 +96,12 @@ Status parse_page_reply(ByteReader& r, uint32_t nodes, PageReply* out) {
 // limit (128 KiB).
 constexpr uint32_t kMaxBatchPages = 16;
 
+// Room in a page reply for `n` extra pages (a page, its header and a short version each), so
+// that the reply is not copied again at each doubling as they are appended.
+void reserve_extras(std::vector<std::byte>& reply, size_t n) {
+  reply.reserve(reply.size() + 4 + n * (kPageBytes + 64));
+}
+
 // Per application thread: the streams of pages it reads in ascending order (fetch-ahead). A
 // thread may read several arrays at once (FFT's initialisation touches x, trans and umain2 in
 // one loop), so it keeps the last kStreams of them. Each: the first page of the stream, the run
@@ -588,18 +594,11 @@ Status Hlrc::wait_page_reply(comm::Completion& done, PageId page, int32_t home, 
 }
 
 void Hlrc::back_first_used(PageId page, bool first_use, const std::vector<ExtraPage>& extras) {
-  PageId run = page, count = first_use ? 1 : 0;
-  for (const ExtraPage& x : extras) {
-    if (!x.first_use) continue;
-    if (count != 0 && x.page == run + count) {
-      ++count;
-      continue;
-    }
-    if (count != 0) space_.back(run, count);
-    run = x.page;
-    count = 1;
-  }
-  if (count != 0) space_.back(run, count);
+  std::vector<PageId> pages;
+  if (first_use) pages.push_back(page);
+  for (const ExtraPage& x : extras)
+    if (x.first_use) pages.push_back(x.page);
+  for (const memory::PageRun& r : runs_of(pages)) space_.back(r.first, r.count);
 }
 
 bool Hlrc::fetch(PageId page, bool is_write, Stall& stall) {
@@ -1792,16 +1791,14 @@ Status Hlrc::on_page_request(comm::Incoming& in) {
     }
     DeferredSharing defer;
     const bool never_used = share_locked(page, e, in.src(), &defer);
-    std::vector<std::pair<PageId, bool>> send =
-        share_extras_locked(extras, 0, {ids.begin() + 1, ids.end()}, in.src(), &defer);
+    std::vector<std::pair<PageId, bool>> send = share_extras_locked(extras, in.src(), &defer);
     finish_sharing(defer);
     out = page_reply_locked(page, e, never_used);
     if (!extras.empty()) {
-      out.reserve(out.size() + 4 + send.size() * (kPageBytes + 64));
+      reserve_extras(out, send.size());
       ByteWriter w(&out);
       w.u32(static_cast<uint32_t>(send.size()));
       write_extras_locked(w, send);
-      counters_.pages_sent_ahead.fetch_add(send.size(), std::memory_order_relaxed);
       extras.clear();  // answered
     }
   } while (false);
@@ -1854,16 +1851,13 @@ bool Hlrc::share_locked(PageId page, PageEntry& e, comm::NodeId reader, Deferred
   return never_used;
 }
 
-std::vector<std::pair<PageId, bool>> Hlrc::share_extras_locked(const std::vector<ExtraPage>& extras,
-                                                               size_t first,
-                                                               const std::vector<PageId>& pages,
+std::vector<std::pair<PageId, bool>> Hlrc::share_extras_locked(std::span<const ExtraPage> extras,
                                                                comm::NodeId reader,
                                                                DeferredSharing* defer) {
   std::vector<std::pair<PageId, bool>> send;  // page, zero
-  for (size_t i = 0; i < pages.size(); ++i) {
-    const PageId page = pages[i];
+  for (const ExtraPage& x : extras) {
+    const PageId page = x.page;
     table_.lock_of(page).assert_held();  // the caller holds the pages' stripes
-    const ExtraPage& x = extras[first + i];
     PageEntry& e = table_.at(page);
     if (e.home == memory::kHomeUnknown && e.state == st(PageState::kUnknown))
       e.home = static_cast<int32_t>(me_);
@@ -1877,6 +1871,7 @@ std::vector<std::pair<PageId, bool>> Hlrc::share_extras_locked(const std::vector
 }
 
 void Hlrc::write_extras_locked(ByteWriter& w, const std::vector<std::pair<PageId, bool>>& send) {
+  counters_.pages_sent_ahead.fetch_add(send.size(), std::memory_order_relaxed);
   for (const auto& [page, zero] : send) {
     table_.lock_of(page).assert_held();
     w.u64(page);
@@ -1891,9 +1886,7 @@ Status Hlrc::send_page_reply(const comm::ReplyTo& to, std::vector<std::byte> pay
   if (!extras.empty()) {
     // The extra pages the home can answer now; the others the requester fetches when it needs
     // them. Each under its own stripe lock (no other is held).
-    // note: room for all of them at once (a page, its header and a short version each): grown
-    // page by page, the reply was copied again at each doubling.
-    payload.reserve(payload.size() + 4 + extras.size() * (kPageBytes + 64));
+    reserve_extras(payload, extras.size());
     ByteWriter w(&payload);
     const size_t at = w.size();
     uint32_t n = 0;
@@ -1908,14 +1901,13 @@ Status Hlrc::send_page_reply(const comm::ReplyTo& to, std::vector<std::byte> pay
     in_stripe_batches(table_, ids, [&](const std::vector<PageId>& batch) {
       DeferredSharing defer;
       std::vector<std::pair<PageId, bool>> send =
-          share_extras_locked(extras, k, batch, to.node, &defer);
+          share_extras_locked(std::span(extras).subspan(k, batch.size()), to.node, &defer);
       k += batch.size();
       finish_sharing(defer);
       write_extras_locked(w, send);
       n += static_cast<uint32_t>(send.size());
     });
     w.patch_u32(at, n);
-    counters_.pages_sent_ahead.fetch_add(n, std::memory_order_relaxed);
   }
   return comm_.reply(to, payload);
 }

@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -390,16 +391,14 @@ class Hlrc final : public Protocol, public Consistency {
   // Sends a page reply: the first page's part, then the extra pages the home can answer now.
   Status send_page_reply(const comm::ReplyTo& to, std::vector<std::byte> payload,
                          const std::vector<ExtraPage>& extras);
-  // Home side, holding the stripes of `pages` (extras[first..], in order): shares those of them
-  // the home can answer now with `reader` (share_locked, arming deferred to `defer`) and returns
-  // them, each with whether it is a zero page. The others the requester fetches when it needs
-  // them.
+  // Home side, holding the stripes of `extras`' pages: shares those of them the home can answer
+  // now with `reader` (share_locked, arming deferred to `defer`) and returns them, each with
+  // whether it is a zero page. The others the requester fetches when it needs them.
   struct DeferredSharing;
   std::vector<std::pair<memory::PageId, bool>> share_extras_locked(
-      const std::vector<ExtraPage>& extras, size_t first, const std::vector<memory::PageId>& pages,
-      comm::NodeId reader, DeferredSharing* defer);
+      std::span<const ExtraPage> extras, comm::NodeId reader, DeferredSharing* defer);
   // Appends the extra pages share_extras_locked returned (still under their stripes): page,
-  // kind, version and, unless zero, the page.
+  // kind, version and, unless zero, the page; counts them as sent ahead.
   void write_extras_locked(ByteWriter& w, const std::vector<std::pair<memory::PageId, bool>>& send);
   // Home side, under the page's stripe lock: a remote node `reader` gets a copy. A page never
   // used here, or private, becomes shared (write-protected first). Returns true if the page was
