@@ -31,6 +31,9 @@
 // While Loom is measured the raw server sleeps in poll(); while raw UCX is measured Loom's server
 // threads sleep in epoll (100 ms tick).
 //
+// --profile S: node 0 makes Loom hot round trips of 8 B for S seconds and prints their mean (no
+// raw UCX, no other figure): a steady loop of the message fast path to run under `perf`.
+//
 // --seconds S: no measurement. Every node (any number >= 1) calls the other nodes round robin
 // (itself when alone) from two threads for S seconds, checking every echoed reply, then
 // finalizes and exits 0. Used by failure tests that kill or stop a node meanwhile.
@@ -67,7 +70,8 @@ using comm::Buffer;
 using comm::Incoming;
 using comm::NodeId;
 
-constexpr char kUsage[] = "usage: comm_pingpong [--json] [--reps R] [--seconds S] [--help]";
+constexpr char kUsage[] =
+    "usage: comm_pingpong [--json] [--reps R] [--seconds S] [--profile S] [--help]";
 
 // Message types (docs: this header).
 constexpr comm::MsgType kRoundTrip = comm::msg_range::kUser + 0;   // 8 B reply size -> that many B
@@ -92,6 +96,7 @@ struct Args {
   bool json = false;
   int reps = 15;
   double seconds = 0;  // > 0: the --seconds mode
+  double profile = 0;  // > 0: the --profile mode
 };
 
 // Parses the command line; returns the problem, if any.
@@ -123,6 +128,10 @@ std::optional<std::string> parse_args(int argc, char** argv, Args* args) {
     } else if (a == "--seconds") {
       if (auto e = number("--seconds", next, 0.001, 1e6, &v)) return e;
       args->seconds = v;
+      ++i;
+    } else if (a == "--profile") {
+      if (auto e = number("--profile", next, 0.001, 1e6, &v)) return e;
+      args->profile = v;
       ++i;
     } else {
       return fmt::format("unknown argument '{}'", a);
@@ -535,6 +544,25 @@ int run_stress(double seconds) {
 }
 
 }  // namespace
+// --profile: Loom's 8 B hot round trip in a loop on node 0; the other nodes only serve.
+int run_profile(double seconds) {
+  runtime::Runtime& rt = runtime::current();
+  check(rt.bootstrap().barrier(), "barrier");  // every node's handlers are registered
+  if (rt.rank() == 0 && rt.comm().size() > 1) {
+    LoomClient loom(rt.comm());
+    for (int i = 0; i < kWarmUp; ++i) loom.round_trip(8);
+    const int64_t t0 = now_ns(), until = t0 + static_cast<int64_t>(seconds * 1e9);
+    int64_t n = 0, t = t0;
+    for (; t < until; t = now_ns(), n += 1000)
+      for (int i = 0; i < 1000; ++i) loom.round_trip(8);
+    std::printf("comm_pingpong --profile: %lld round trips of 8 B, %.3f us each\n",
+                static_cast<long long>(n),
+                static_cast<double>(t - t0) / 1e3 / static_cast<double>(n));
+  }
+  check(rt.bootstrap().barrier(), "barrier");
+  return 0;
+}
+
 }  // namespace loom::bench
 
 int main(int argc, char** argv) {
@@ -545,8 +573,9 @@ int main(int argc, char** argv) {
   loom::init(&argc, &argv);
   loom::bench::Server server(loom::runtime::current().comm());
   server.register_types();
-  int rc =
-      args.seconds > 0 ? loom::bench::run_stress(args.seconds) : loom::bench::run_measurement(args);
+  int rc = args.seconds > 0   ? loom::bench::run_stress(args.seconds)
+           : args.profile > 0 ? loom::bench::run_profile(args.profile)
+                              : loom::bench::run_measurement(args);
   loom::finalize();
   return rc;
 }
