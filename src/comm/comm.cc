@@ -588,14 +588,18 @@ void Comm::fail_pending_to(NodeId node, const Status& why) {
 
 // --- Progress ------------------------------------------------------------------------------
 
-bool Comm::poll() {
+bool Comm::poll() { return poll_at(-1); }
+
+bool Comm::poll(int64_t now) { return poll_at(now); }
+
+bool Comm::poll_at(int64_t now) {
   MutexLock role(dispatch_mu_);
   DispatchScope scope(this);
   // note: the inbox first: what a waiting thread queued came before what progress() finds now.
   bool did = drain_inbox() > 0;
   did |= transport_.progress();
   did |= drain_inbox() > 0;
-  did |= timers_.run_due();
+  did |= now < 0 ? timers_.run_due() : timers_.run_due_at(now);
   return did;
 }
 

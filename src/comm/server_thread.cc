@@ -89,10 +89,10 @@ void ServerThread::loop() {
   bool may_spin = true;  // decided when the node becomes idle
   comm_.set_dispatcher_awake(true);
   while (!stop_.load(std::memory_order_acquire)) {
-    // note: one clock read per turn; a poll's busy time is counted from the end of the turn
-    // before it (a few ns of bookkeeping more).
+    // note: one clock read per turn, also for the timers; a poll's busy time is counted from
+    // the end of the turn before it (a few ns of bookkeeping more).
     int64_t before = now;
-    bool did = comm_.poll();
+    bool did = comm_.poll(now);
     now = now_ns();
     if (did) busy_ns_.fetch_add(now - before, std::memory_order_relaxed);
     if (now >= next_tick) {

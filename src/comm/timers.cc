@@ -82,8 +82,11 @@ std::function<void()> Timers::take_first(bool only_due, int64_t now) {
 
 bool Timers::run_due() {
   if (manual_ || earliest_.load(std::memory_order_acquire) == INT64_MAX) return false;
-  const int64_t now = now_ns();
-  if (now < earliest_.load(std::memory_order_acquire)) return false;
+  return run_due_at(now_ns());
+}
+
+bool Timers::run_due_at(int64_t now) {
+  if (manual_ || now < earliest_.load(std::memory_order_acquire)) return false;
   bool ran = false;
   // note: against the clock read once, so a callback that adds a timer due at once (at now())
   // does not keep this loop going: that one runs at the next poll().

@@ -48,6 +48,8 @@ class Timers {
   // The dispatcher (Comm::poll): runs the callbacks that are due, earliest first. True if any
   // ran. Costs one atomic load while no timer is pending. Never runs one in manual mode.
   bool run_due();
+  // The same against a clock the caller read (a dispatcher loop that reads it anyway).
+  bool run_due_at(int64_t now);
   // Manual mode: runs the pending callback with the earliest deadline, due or not. False if
   // none is pending. REQUIRES: on the dispatcher.
   bool fire_next();

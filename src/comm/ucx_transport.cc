@@ -153,6 +153,10 @@ struct UcxTransport::Peer {
   std::atomic<bool> dead{false};
   std::atomic<int64_t> backlog_msgs{0};  // sends UCX still holds
   std::atomic<int64_t> backlog_bytes{0};
+  // Per endpoint (ep, wait_ep): the smallest payload a forced-immediate send refused although a
+  // plain send of it then went out at once. UCP completes only its short protocol that way, so
+  // send() skips the attempt from this size on. Under worker_mu_.
+  size_t imm_limit[2] = {SIZE_MAX, SIZE_MAX};
 };
 
 SendBacklog UcxTransport::backlog(NodeId dst) const {
@@ -384,20 +388,30 @@ Status UcxTransport::send(NodeId dst, std::span<const std::byte, kWireHeaderSize
   WorkerLock lock(this);
   if (dst >= peers_.size() || peers_[dst]->dead.load(std::memory_order_acquire))
     return Status::peer_failed(fmt::format("no connection to node {}", dst));
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
-  ucp_ep_h ep = for_waiter_lane(header) ? peers_[dst]->wait_ep : peers_[dst]->ep;
-  ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmId, header.data(), kWireHeaderSize, payload.data(),
-                                       payload.size(), &p);
-  if (r == nullptr) return Status::ok();
-  LOOM_CHECK(UCS_PTR_IS_ERR(r), "UCX returned a request for a forced-immediate send to node {}",
-             dst);
-  if (UCS_PTR_STATUS(r) != UCS_ERR_NO_RESOURCE)
-    return Status::peer_failed(ucx_error(fmt::format("send to node {}", dst), UCS_PTR_STATUS(r)));
-  // Could not go out at once: copy and send from the copy.
+  Peer& peer = *peers_[dst];
+  const bool waiter_lane = for_waiter_lane(header);
+  size_t& imm_limit = peer.imm_limit[waiter_lane ? 1 : 0];
+  const bool tried = payload.size() < imm_limit;
+  if (tried) {
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL;
+    ucp_ep_h ep = waiter_lane ? peer.wait_ep : peer.ep;
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmId, header.data(), kWireHeaderSize, payload.data(),
+                                         payload.size(), &p);
+    if (r == nullptr) return Status::ok();
+    LOOM_CHECK(UCS_PTR_IS_ERR(r), "UCX returned a request for a forced-immediate send to node {}",
+               dst);
+    if (UCS_PTR_STATUS(r) != UCS_ERR_NO_RESOURCE)
+      return Status::peer_failed(ucx_error(fmt::format("send to node {}", dst), UCS_PTR_STATUS(r)));
+  }
+  // Could not go out at once (or too large to try): copy and send from the copy.
   auto rec = std::make_unique<SendRecord>(SendRecord{this, dst, {}, Buffer::copy_of(payload)});
   std::memcpy(rec->header.data(), header.data(), kWireHeaderSize);
-  return send_record(dst, std::move(rec));
+  const size_t size = payload.size();
+  bool at_once = false;
+  Status s = send_record(dst, std::move(rec), &at_once);
+  if (tried && at_once) imm_limit = size;  // refused for its size, not for want of room
+  return s;
 }
 
 Status UcxTransport::send(NodeId dst, std::span<const std::byte, kWireHeaderSize> header,
@@ -407,10 +421,11 @@ Status UcxTransport::send(NodeId dst, std::span<const std::byte, kWireHeaderSize
     return Status::peer_failed(fmt::format("no connection to node {}", dst));
   auto rec = std::make_unique<SendRecord>(SendRecord{this, dst, {}, std::move(payload)});
   std::memcpy(rec->header.data(), header.data(), kWireHeaderSize);
-  return send_record(dst, std::move(rec));
+  bool at_once = false;
+  return send_record(dst, std::move(rec), &at_once);
 }
 
-Status UcxTransport::send_record(NodeId dst, std::unique_ptr<SendRecord> rec) {
+Status UcxTransport::send_record(NodeId dst, std::unique_ptr<SendRecord> rec, bool* at_once) {
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   p.cb.send = &UcxTransport::send_done;
@@ -419,6 +434,7 @@ Status UcxTransport::send_record(NodeId dst, std::unique_ptr<SendRecord> rec) {
   ucp_ep_h ep = for_waiter_lane(rec->header) ? peers_[dst]->wait_ep : peers_[dst]->ep;
   ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmId, rec->header.data(), kWireHeaderSize,
                                        rec->payload.data(), bytes, &p);
+  *at_once = r == nullptr;
   if (r == nullptr) return Status::ok();
   if (UCS_PTR_IS_ERR(r))
     return Status::peer_failed(ucx_error(fmt::format("send to node {}", dst), UCS_PTR_STATUS(r)));
@@ -656,9 +672,14 @@ bool UcxTransport::progress() {
   bool did = false;
   // The waiter lane now and then, and only if no waiting thread polls it right now: its replies
   // are for threads that poll it themselves, or that sleep, and then the server thread needs
-  // them only within a wake-up's time.
+  // them only within a wake-up's time. With no thread asleep in a wait, rarely (only UCX's own
+  // traffic on that worker could need it then): each look costs a lock and a progress call,
+  // which a hot loop of short messages pays in latency.
   static thread_local unsigned calls = 0;
-  if ((++calls & 3) == 0 && wait_mu_.try_lock()) {
+  ++calls;
+  const bool look = (calls & 63) == 0 ||
+                    ((calls & 3) == 0 && sleeping_waiters_.load(std::memory_order_relaxed) > 0);
+  if (look && wait_mu_.try_lock()) {
     did = progress_waiter_lane();
     wait_mu_.unlock();
   }
@@ -709,12 +730,14 @@ bool UcxTransport::arm() {
 bool UcxTransport::begin_waiter_sleep() {
   MutexLock lock(wait_mu_);
   if (waiter_sleepers_++ == 0) watch_waiter_lane(true);
+  sleeping_waiters_.store(waiter_sleepers_, std::memory_order_relaxed);
   return arm_waiter_lane();
 }
 
 void UcxTransport::end_waiter_sleep() {
   MutexLock lock(wait_mu_);
   if (--waiter_sleepers_ == 0) watch_waiter_lane(false);
+  sleeping_waiters_.store(waiter_sleepers_, std::memory_order_relaxed);
 }
 
 void UcxTransport::watch_waiter_lane(bool on) {

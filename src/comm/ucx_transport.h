@@ -120,7 +120,9 @@ class UcxTransport final : public Transport {
   bool arm_waiter_lane() REQUIRES(wait_mu_);
   // Adds the waiter worker's descriptor to event_fd()'s set, or removes it.
   void watch_waiter_lane(bool on) REQUIRES(wait_mu_);
-  Status send_record(NodeId dst, std::unique_ptr<SendRecord> rec) REQUIRES(worker_mu_);
+  // Sends rec's message, which UCX then owns until it is sent; *at_once: it went out at once.
+  Status send_record(NodeId dst, std::unique_ptr<SendRecord> rec, bool* at_once)
+      REQUIRES(worker_mu_);
   Result<const RemoteRegion*> remote(NodeId peer, RegionId id, uint64_t offset, size_t len)
       REQUIRES(worker_mu_);
   void deliver(std::span<const std::byte> header, std::span<const std::byte> payload,
@@ -146,6 +148,7 @@ class UcxTransport final : public Transport {
   int wait_efd_ = -1;
   int epfd_ = -1;                                 // epoll over efd_ and wait_efd_
   int waiter_sleepers_ GUARDED_BY(wait_mu_) = 0;  // threads between begin_/end_waiter_sleep
+  std::atomic<int> sleeping_waiters_{0};  // waiter_sleepers_, for progress() to read unlocked
   Lane main_lane_{this, nullptr};
   Lane wait_lane_{this, nullptr};
   std::string address_;
