@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <malloc.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -564,10 +565,32 @@ std::string Runtime::dsm_table() const {
   return out;
 }
 
+namespace {
+
+// The CPUs this process may run on, as "0-3,8" ("" if unknown): what a launcher's binding left it.
+std::string allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return "";
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int last = c;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+    out += fmt::format("{}{}", out.empty() ? "" : ",", c);
+    if (last > c) out += fmt::format("-{}", last);
+    c = last;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string Runtime::stats_json(std::string_view stopped_by) const {
   nlohmann::json j;
   j["node"] = comm_->rank();
   j["nodes"] = comm_->size();
+  j["cpus"] = allowed_cpus();
   if (!stopped_by.empty()) {
     j["partial"] = true;
     j["stopped_by"] = std::string(stopped_by);

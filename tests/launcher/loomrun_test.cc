@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <sstream>
 
 #include "comm/bootstrap/boot_wire.h"
 #include "subprocess.h"
@@ -412,6 +414,86 @@ TEST_F(LoomrunTest, StdinFromATerminalIsRelayed) {
 TEST_F(LoomrunTest, MalformedStdinRank) {
   expect_one_line(loomrun({"-n", "2", "--stdin", "2", "true"}), "loomrun: --stdin=2: expected");
   expect_one_line(loomrun({"-n", "2", "--stdin", "x", "true"}), "loomrun: --stdin=x: expected");
+}
+
+// The CPUs in a list like "0-3,8" (/proc/<pid>/status's Cpus_allowed_list).
+std::set<int> parse_cpu_list(const std::string& text) {
+  std::set<int> cpus;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    size_t dash = item.find('-');
+    int first = std::stoi(item.substr(0, dash));
+    int last = dash == std::string::npos ? first : std::stoi(item.substr(dash + 1));
+    for (int c = first; c <= last; ++c) cpus.insert(c);
+  }
+  return cpus;
+}
+
+// Each node's allowed CPUs, by rank, from a job that runs `grep Cpus_allowed_list` with
+// --tag-output ("[r] Cpus_allowed_list:\t0-1").
+std::map<int, std::set<int>> cpus_by_rank(const std::string& out) {
+  std::map<int, std::set<int>> by_rank;
+  std::regex re(R"(\[(\d+)\] Cpus_allowed_list:\s*(\S+))");
+  for (const std::string& line : lines(out)) {
+    std::smatch m;
+    if (std::regex_search(line, m, re)) by_rank[std::stoi(m[1])] = parse_cpu_list(m[2]);
+  }
+  return by_rank;
+}
+
+std::set<int> own_cpus() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("Cpus_allowed_list:", 0) == 0) {
+      std::stringstream ls(line.substr(18));
+      std::string list;
+      ls >> list;
+      return parse_cpu_list(list);
+    }
+  return {};
+}
+
+// --bind auto (the default): with no more nodes than CPUs, node r runs on the r-th of equal
+// contiguous shares of loomrun's CPUs, as mpirun binds ranks; so a node's threads share its
+// CPUs instead of being spread over the others' by the scheduler.
+TEST_F(LoomrunTest, EachNodeGetsItsShareOfTheCpus) {
+  const std::set<int> all = own_cpus();
+  if (all.size() < 2) GTEST_SKIP() << "needs 2 CPUs, this process may use " << all.size();
+  const std::vector<int> cpus(all.begin(), all.end());
+  const std::vector<std::string> cmd = {"--tag-output", "--", "grep", "Cpus_allowed_list",
+                                        "/proc/self/status"};
+  std::vector<std::string> args = {"-n", "2"};
+  args.insert(args.end(), cmd.begin(), cmd.end());
+  auto r = loomrun(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto by_rank = cpus_by_rank(r.out);
+  ASSERT_EQ(by_rank.size(), 2u) << r.out;
+  const size_t half = (cpus.size() + 1) / 2;  // the first share takes the odd CPU
+  EXPECT_EQ(by_rank[0], std::set<int>(cpus.begin(), cpus.begin() + half)) << r.out;
+  EXPECT_EQ(by_rank[1], std::set<int>(cpus.begin() + half, cpus.end())) << r.out;
+
+  // --bind none, and a job of more nodes than CPUs: every node may use every CPU.
+  args = {"-n", "2", "--bind", "none"};
+  args.insert(args.end(), cmd.begin(), cmd.end());
+  r = loomrun(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  by_rank = cpus_by_rank(r.out);
+  ASSERT_EQ(by_rank.size(), 2u) << r.out;
+  for (const auto& [rank, set] : by_rank) EXPECT_EQ(set, all) << "node " << rank;
+  args = {"-n", std::to_string(cpus.size() + 1)};
+  args.insert(args.end(), cmd.begin(), cmd.end());
+  r = loomrun(args);
+  ASSERT_EQ(r.status, 0) << r.err;
+  by_rank = cpus_by_rank(r.out);
+  ASSERT_EQ(by_rank.size(), cpus.size() + 1) << r.out;
+  for (const auto& [rank, set] : by_rank) EXPECT_EQ(set, all) << "node " << rank;
+}
+
+TEST_F(LoomrunTest, MalformedBind) {
+  expect_one_line(loomrun({"-n", "2", "--bind", "core", "true"}),
+                  "loomrun: --bind=core: expected auto or none");
 }
 
 // A job stopped by --timeout still writes --stats-json, marked partial, with the reason.

@@ -97,9 +97,15 @@ void Job::start_nodes(const std::string& token) {
   std::vector<std::string> env = base_env(token);
   env.emplace_back();  // LOOM_RANK, set per node
   auto startup_bound_ms = static_cast<uint32_t>(node_setting_int(options_, "STARTUP_TIMEOUT_MS"));
+  // note: a job with more nodes than CPUs (or one node) is left to the scheduler: cpu_shares()
+  // is empty then.
+  const std::vector<cpu_set_t> shares = options_.bind == Bind::kAuto
+                                            ? cpu_shares(options_.nodes, usable_cpus())
+                                            : std::vector<cpu_set_t>();
   for (uint32_t r = 0; r < options_.nodes; ++r) {
     env.back() = fmt::format("LOOM_RANK={}", r);
     spec.env = env;
+    spec.cpus = shares.empty() ? nullptr : &shares[r];
     spec.stdin_fd = stdin_ && r == options_.stdin_rank ? stdin_->child_fd() : dev_null.get();
     auto spawned = spawn_node(spec);
     if (stdin_ && r == options_.stdin_rank) stdin_->close_child_end();

@@ -74,7 +74,7 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
       "Exit status: 0 if every node exits 0; else the first failing node's status (128+signal\n"
       "for a signal); 124 on --timeout; 2 for a usage error. See docs/launcher.md.");
 
-  std::string nodes_text, timeout_text, grace_text, stdin_text;
+  std::string nodes_text, timeout_text, grace_text, stdin_text, bind_text;
   bool help_config = false;
   app.add_option("-n,--np", nodes_text, "Number of nodes to start (1 to 1024)")->option_text("N");
   app.add_flag("--tag-output,--prefix", opts.tag_output,
@@ -90,6 +90,11 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
                  "The node that reads loomrun's stdin: a rank, or none (default 0, the node that "
                  "runs main; the others read /dev/null)")
       ->option_text("RANK|none");
+  app.add_option("--bind", bind_text,
+                 "auto (default): when the nodes are no more than the CPUs loomrun may use, node r "
+                 "runs on the r-th of as many equal contiguous shares of them (as mpirun binds "
+                 "ranks); none: every node on all of them")
+      ->option_text("auto|none");
   app.add_flag("--stats", opts.stats, "Every node prints its counters at exit (LOOM_STATS=1)");
   app.add_option("--stats-json", opts.stats_json,
                  "Collect every node's counters into FILE as {\"nodes\": [...]}")
@@ -159,6 +164,12 @@ std::variant<Options, int> parse_options(int argc, char** argv) {
       return usage_error(fmt::format("--stdin={}: expected none or a rank from 0 to {}", stdin_text,
                                      opts.nodes - 1));
     opts.stdin_rank = rank;
+  }
+
+  if (bind_text == "none") {
+    opts.bind = Bind::kNone;
+  } else if (!bind_text.empty() && bind_text != "auto") {
+    return usage_error(fmt::format("--bind={}: expected auto or none", bind_text));
   }
 
   if (!timeout_text.empty()) {

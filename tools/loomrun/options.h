@@ -24,8 +24,15 @@ inline constexpr uint32_t kMaxNodes = 1024;
 inline constexpr int kUsageError = 2;
 inline constexpr uint32_t kNoStdin = UINT32_MAX;
 
+// --bind: whether loomrun gives each node a share of its CPUs.
+enum class Bind {
+  kAuto,  // when the nodes are no more than loomrun's CPUs: node r the r-th contiguous share
+  kNone,  // every node may run on every CPU loomrun may use
+};
+
 struct Options {
   uint32_t nodes = 0;
+  Bind bind = Bind::kAuto;
   bool tag_output = false;
   double timeout_s = 0;  // 0: no timeout
   double kill_grace_s = 2;

@@ -51,6 +51,8 @@ std::vector<char*> c_strings(const std::vector<std::string>& v) {
   for (int sig : {SIGPIPE, SIGCHLD, SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
   ::sigprocmask(SIG_SETMASK, &spec.setup.signal_mask, nullptr);
   ::setrlimit(RLIMIT_NOFILE, &spec.setup.nofile);
+  // note: a share the kernel refuses (a CPU taken away meanwhile) leaves the node unbound.
+  if (spec.cpus != nullptr) ::sched_setaffinity(0, sizeof(cpu_set_t), spec.cpus);
   ::execve(spec.path.c_str(), argv, envp);
   if (errno == ENOEXEC) ::execve("/bin/sh", sh_argv, envp);  // a script without #!, as execvp
   ssize_t n = ::write(STDERR_FILENO, failure_msg, failure_len);

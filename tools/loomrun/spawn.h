@@ -7,7 +7,8 @@
 //   - with PR_SET_PDEATHSIG = SIGKILL, so nodes never outlive a loomrun that was killed;
 //   - stdin as SpawnSpec says (loomrun's stdin for one node, /dev/null for the others), stdout
 //     and stderr into pipes that loomrun forwards;
-//   - loomrun's blocked signals, ignored SIGPIPE and raised descriptor limit undone.
+//   - loomrun's blocked signals, ignored SIGPIPE and raised descriptor limit undone;
+//   - bound to its share of the CPUs if SpawnSpec says so.
 //
 // Thread safety: call from loomrun's single thread (fork in a threaded process is unsafe).
 #pragma once
@@ -33,6 +34,9 @@ struct SpawnSpec {
   std::vector<std::string> env;   // "NAME=value"
   ChildSetup setup;
   int stdin_fd = -1;  // becomes the node's stdin
+  // The CPUs the node may run on (--bind), set before exec so every thread it starts inherits
+  // them; null: loomrun's own.
+  const cpu_set_t* cpus = nullptr;
 };
 
 struct Spawned {

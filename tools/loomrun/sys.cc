@@ -76,6 +76,31 @@ void ensure_std_fds() {
   }
 }
 
+std::vector<int> usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+std::vector<cpu_set_t> cpu_shares(uint32_t nodes, const std::vector<int>& cpus) {
+  std::vector<cpu_set_t> shares;
+  if (nodes < 2 || nodes > cpus.size()) return shares;
+  const size_t base = cpus.size() / nodes, larger = cpus.size() % nodes;
+  size_t next = 0;
+  for (uint32_t r = 0; r < nodes; ++r) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const size_t n = base + (r < larger ? 1 : 0);
+    for (size_t i = 0; i < n; ++i) CPU_SET(cpus[next++], &set);
+    shares.push_back(set);
+  }
+  return shares;
+}
+
 Status raise_fd_limit(uint32_t nodes, ChildSetup* setup) {
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return Status::from_errno("getrlimit", errno);

@@ -4,6 +4,7 @@
 // Thread safety: loomrun is single-threaded; none of these are meant for concurrent use.
 #pragma once
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -43,6 +44,14 @@ struct ChildSetup {
   sigset_t signal_mask;  // loomrun's mask before it blocked the signals it handles
   rlimit nofile;         // loomrun's RLIMIT_NOFILE before raising it
 };
+
+// The CPUs loomrun may run on (its affinity mask), in ascending order; empty if unknown.
+std::vector<int> usable_cpus();
+
+// Binding (--bind auto): the CPU set of each of `nodes` nodes, node r the r-th of `nodes` equal
+// contiguous shares of `cpus` (the first `cpus.size() % nodes` shares one CPU larger). Empty
+// when there is nothing to share out: one node, or more nodes than CPUs.
+std::vector<cpu_set_t> cpu_shares(uint32_t nodes, const std::vector<int>& cpus);
 
 // Raises RLIMIT_NOFILE's soft limit so `nodes` nodes fit (three descriptors each). Fails, naming
 // the numbers, if the hard limit is too low.
