@@ -152,6 +152,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/cpus.h"
 #include "bench_util.h"
 #include "loom/loom.hpp"
 #include "memory/diff.h"
@@ -262,22 +263,6 @@ inline void keep(uint64_t v) { asm volatile("" : : "r"(v) : "memory"); }
 inline void compiler_fence() { asm volatile("" : : : "memory"); }
 
 void bootstrap_barrier() { check(runtime::current().bootstrap().barrier(), "bootstrap barrier"); }
-
-// This process's CPU affinity as a list, e.g. "0" or "0-1".
-std::string affinity() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return "?";
-  std::string out;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (!CPU_ISSET(c, &set)) continue;
-    int e = c;
-    while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, &set)) ++e;
-    out += (out.empty() ? "" : ",") + (e == c ? std::to_string(c) : fmt::format("{}-{}", c, e));
-    c = e;
-  }
-  return out;
-}
 
 // Samples of every figure, by name (one per repetition).
 using Samples = std::map<std::string, std::vector<double>>;
@@ -917,7 +902,8 @@ int run(const Args& args) {
   shp = loom::broadcast_ptr(shp, 0);
   const Shared sh = *shp;
 
-  Result<std::vector<std::string>> cpus = rt.bootstrap().allgather(affinity());
+  const std::string mine = allowed_cpus();
+  Result<std::vector<std::string>> cpus = rt.bootstrap().allgather(mine.empty() ? "?" : mine);
   check(cpus.status(), "allgather");
 
   Samples s;

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <malloc.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 #include <future>
 #include <thread>
 
+#include "base/cpus.h"
 #include "base/log.h"
 #include "loom/loom.h"
 #include "loom/loom.hpp"
@@ -564,27 +564,6 @@ std::string Runtime::dsm_table() const {
   }
   return out;
 }
-
-namespace {
-
-// The CPUs this process may run on, as "0-3,8" ("" if unknown): what a launcher's binding left it.
-std::string allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return "";
-  std::string out;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (!CPU_ISSET(c, &set)) continue;
-    int last = c;
-    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
-    out += fmt::format("{}{}", out.empty() ? "" : ",", c);
-    if (last > c) out += fmt::format("-{}", last);
-    c = last;
-  }
-  return out;
-}
-
-}  // namespace
 
 std::string Runtime::stats_json(std::string_view stopped_by) const {
   nlohmann::json j;
