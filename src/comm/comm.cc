@@ -588,11 +588,7 @@ void Comm::fail_pending_to(NodeId node, const Status& why) {
 
 // --- Progress ------------------------------------------------------------------------------
 
-bool Comm::poll() { return poll_at(-1); }
-
-bool Comm::poll(int64_t now) { return poll_at(now); }
-
-bool Comm::poll_at(int64_t now) {
+bool Comm::poll(int64_t now) {
   MutexLock role(dispatch_mu_);
   DispatchScope scope(this);
   // note: the inbox first: what a waiting thread queued came before what progress() finds now.

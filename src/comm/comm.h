@@ -177,10 +177,9 @@ class Comm final : private TransportSink, public Poller {
 
   // --- Progress -----------------------------------------------------------------------------
   // The dispatcher's step: drives the transport, runs handlers, drains the inbox, runs the due
-  // timers. Returns true if anything happened.
-  bool poll();
-  // The same, with the timers judged against `now` (comm::now_ns(), read by the caller).
-  bool poll(int64_t now);
+  // timers, judged against `now` (comm::now_ns() the caller read; < 0: read here). Returns true
+  // if anything happened.
+  bool poll(int64_t now = -1);
   // Poller (for waiting application threads): drives the transport, and runs the handlers of
   // queued requests if the calling thread holds no Mutex and may become the dispatcher.
   bool poll_for_waiter() override;
@@ -250,7 +249,6 @@ class Comm final : private TransportSink, public Poller {
   void enqueue(const WireHeader& h, std::span<const std::byte> payload, Buffer* owned);
   // Runs the queued messages' handlers (the dispatcher); returns how many.
   size_t drain_inbox();
-  bool poll_at(int64_t now);  // poll(); now < 0: the timers read the clock
   void signal_inbox_fd();
   void fail_pending_to(NodeId node, const Status& why);
   void register_system_types();
