@@ -421,8 +421,7 @@ Status UcxTransport::send(NodeId dst, std::span<const std::byte, kWireHeaderSize
     return Status::peer_failed(fmt::format("no connection to node {}", dst));
   auto rec = std::make_unique<SendRecord>(SendRecord{this, dst, {}, std::move(payload)});
   std::memcpy(rec->header.data(), header.data(), kWireHeaderSize);
-  bool at_once = false;
-  return send_record(dst, std::move(rec), &at_once);
+  return send_record(dst, std::move(rec));
 }
 
 Status UcxTransport::send_record(NodeId dst, std::unique_ptr<SendRecord> rec, bool* at_once) {
@@ -434,7 +433,7 @@ Status UcxTransport::send_record(NodeId dst, std::unique_ptr<SendRecord> rec, bo
   ucp_ep_h ep = for_waiter_lane(rec->header) ? peers_[dst]->wait_ep : peers_[dst]->ep;
   ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmId, rec->header.data(), kWireHeaderSize,
                                        rec->payload.data(), bytes, &p);
-  *at_once = r == nullptr;
+  if (at_once != nullptr) *at_once = r == nullptr;
   if (r == nullptr) return Status::ok();
   if (UCS_PTR_IS_ERR(r))
     return Status::peer_failed(ucx_error(fmt::format("send to node {}", dst), UCS_PTR_STATUS(r)));
@@ -678,7 +677,7 @@ bool UcxTransport::progress() {
   static thread_local unsigned calls = 0;
   ++calls;
   const bool look = (calls & 63) == 0 ||
-                    ((calls & 3) == 0 && sleeping_waiters_.load(std::memory_order_relaxed) > 0);
+                    ((calls & 3) == 0 && waiter_sleepers_.load(std::memory_order_relaxed) > 0);
   if (look && wait_mu_.try_lock()) {
     did = progress_waiter_lane();
     wait_mu_.unlock();
@@ -724,20 +723,18 @@ bool UcxTransport::arm() {
   // The waiter lane wakes this thread only while a waiting thread sleeps (it cannot poll then);
   // re-armed here, since a reply that woke us consumed the arming.
   MutexLock lock(wait_mu_);
-  return waiter_sleepers_ == 0 || arm_waiter_lane();
+  return waiter_sleepers_.load(std::memory_order_relaxed) == 0 || arm_waiter_lane();
 }
 
 bool UcxTransport::begin_waiter_sleep() {
   MutexLock lock(wait_mu_);
-  if (waiter_sleepers_++ == 0) watch_waiter_lane(true);
-  sleeping_waiters_.store(waiter_sleepers_, std::memory_order_relaxed);
+  if (waiter_sleepers_.fetch_add(1, std::memory_order_relaxed) == 0) watch_waiter_lane(true);
   return arm_waiter_lane();
 }
 
 void UcxTransport::end_waiter_sleep() {
   MutexLock lock(wait_mu_);
-  if (--waiter_sleepers_ == 0) watch_waiter_lane(false);
-  sleeping_waiters_.store(waiter_sleepers_, std::memory_order_relaxed);
+  if (waiter_sleepers_.fetch_sub(1, std::memory_order_relaxed) == 1) watch_waiter_lane(false);
 }
 
 void UcxTransport::watch_waiter_lane(bool on) {

@@ -120,8 +120,9 @@ class UcxTransport final : public Transport {
   bool arm_waiter_lane() REQUIRES(wait_mu_);
   // Adds the waiter worker's descriptor to event_fd()'s set, or removes it.
   void watch_waiter_lane(bool on) REQUIRES(wait_mu_);
-  // Sends rec's message, which UCX then owns until it is sent; *at_once: it went out at once.
-  Status send_record(NodeId dst, std::unique_ptr<SendRecord> rec, bool* at_once)
+  // Sends rec's message, which UCX then owns until it is sent; *at_once (if given): it went
+  // out at once.
+  Status send_record(NodeId dst, std::unique_ptr<SendRecord> rec, bool* at_once = nullptr)
       REQUIRES(worker_mu_);
   Result<const RemoteRegion*> remote(NodeId peer, RegionId id, uint64_t offset, size_t len)
       REQUIRES(worker_mu_);
@@ -146,9 +147,9 @@ class UcxTransport final : public Transport {
   Mutex wait_mu_;
   ucp_worker_h wait_worker_ = nullptr;
   int wait_efd_ = -1;
-  int epfd_ = -1;                                 // epoll over efd_ and wait_efd_
-  int waiter_sleepers_ GUARDED_BY(wait_mu_) = 0;  // threads between begin_/end_waiter_sleep
-  std::atomic<int> sleeping_waiters_{0};  // waiter_sleepers_, for progress() to read unlocked
+  int epfd_ = -1;  // epoll over efd_ and wait_efd_
+  // Threads between begin_/end_waiter_sleep; changed under wait_mu_, read by progress() without.
+  std::atomic<int> waiter_sleepers_{0};
   Lane main_lane_{this, nullptr};
   Lane wait_lane_{this, nullptr};
   std::string address_;
