@@ -123,6 +123,12 @@ const ConfigRow kRows[] = {
      "allocation after it, up to this many pages in all: one trap per run. (With other nodes "
      "first touch places each page at its own first toucher.) 1: one page per trap.",
      "", 1, 256},
+    {"WRITE_AHEAD", ConfigType::kInt, "16",
+     "hlrc: a thread whose writes fault on read-only copies in ascending order gets up to this "
+     "many of the following read-only copies twinned and opened for writing with the one it "
+     "faulted on (one trap and one mprotect per run); a release finds the unwritten ones "
+     "unchanged and announces nothing for them. 0: one page per fault.",
+     "", 0, 64},
     {"HOME_MIGRATION", ConfigType::kInt, "2",
      "hlrc: a home that applies this many diffs in a row from one other node (no other write in "
      "between) offers that node the page's home. 0: homes never move.",

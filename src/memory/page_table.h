@@ -94,6 +94,10 @@ struct PageEntry {
   uint32_t home_moves = 0;
   int32_t streak_writer = kHomeUnknown;
   uint32_t streak = 0;
+  // HLRC: the twin was made ahead of any write to the page (write-ahead): if the release finds
+  // the page unchanged, nobody wrote it (no notice, and no hint to the home that this node
+  // writes it). (Placed beside the next flag, in the entry's padding.)
+  bool twin_ahead = false;
   // HLRC at the home: whether another node's diff ever reached the page. It is never pushed
   // then (barrier pushes, docs/protocols/hlrc.md): the home's copy at its barrier arrival would
   // often lack the other writers' diffs. (The readers it is pushed to are its `copyset`.)

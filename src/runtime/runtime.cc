@@ -389,6 +389,7 @@ void Runtime::start_memory() {
   hopts.push_pages = static_cast<uint32_t>(config_.get_int("PUSH_PAGES"));
   hopts.fetch_ahead = static_cast<uint32_t>(config_.get_int("FETCH_AHEAD"));
   hopts.first_touch_run = static_cast<uint32_t>(config_.get_int("FIRST_TOUCH_RUN"));
+  hopts.write_ahead = static_cast<uint32_t>(config_.get_int("WRITE_AHEAD"));
   hopts.stall_report_ms = config_.get_int("STALL_REPORT_MS");
   hopts.causal_fetch = config_.get_bool("CAUSAL_FETCH");
   hlrc_ = std::make_unique<protocols::hlrc::Hlrc>(*comm_, *space_, *table_, *heap_, hopts);
@@ -443,6 +444,8 @@ nlohmann::json Runtime::dsm_json() const {
   j["pages_fetched"] = v(c.pages_fetched);
   j["fetch_retries"] = v(c.fetch_retries);
   j["twins"] = v(c.twins);
+  j["twins_ahead"] = v(c.twins_ahead);
+  j["twins_ahead_unwritten"] = v(c.twins_ahead_unwritten);
   j["diffs_created"] = v(c.diffs_created);
   j["diff_bytes"] = v(c.diff_bytes);
   j["diffs_applied"] = v(c.diffs_applied);

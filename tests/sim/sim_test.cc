@@ -425,6 +425,57 @@ TEST(SimTest, AFetchAheadRequestArmsItsPagesInOneCall) {
   }
 }
 
+// Write-ahead (docs/protocols/hlrc.md#write-ahead): node 1 holds read-only copies of 64 pages
+// homed at node 0 and writes the first 32 in order. With write-ahead its faults open the copies
+// ahead in growing windows (2, 4, 8, 16), so it traps a few times instead of 32; the copies it
+// opened but never wrote (past page 31) are found unchanged at the release and announce
+// nothing: no diff, no notice, no hint to the home (home migration on). Node 0 then reads the
+// new values in the first 32 pages and its own in the rest.
+TEST(SimTest, WriteAheadOpensTheCopiesAStreamOfWriteFaultsWillWrite) {
+  constexpr uint64_t kPages = 64, kWritten = 32;
+  for (uint32_t ahead : {0u, 16u}) {
+    Options o;
+    o.nodes = 2;
+    o.hlrc.write_ahead = ahead;
+    o.hlrc.migrate_after = 2;
+    Simulation sim(o);
+    auto base = std::make_shared<uint64_t>(0);
+    sim.spawn(0, [base](Thread& t) {
+      *base = t.alloc(kPages * 4096, memory::Placement::kNode, 0);
+      for (uint64_t p = 0; p < kPages; ++p) t.write(*base + p * 4096, p + 1);
+      t.barrier(barrier_id(0), 2);
+      t.barrier(barrier_id(0), 2);
+      for (uint64_t p = 0; p < kPages; ++p)
+        EXPECT_EQ(t.read(*base + p * 4096 + 8), p < kWritten ? p + 100 : 0) << "page " << p;
+    });
+    auto faults = std::make_shared<uint64_t>(0);
+    sim.spawn(1, [base, faults](Thread& t) {
+      t.barrier(barrier_id(0), 2);
+      for (uint64_t p = 0; p < kPages; ++p) EXPECT_EQ(t.read(*base + p * 4096), p + 1);
+      const protocols::hlrc::Counters& c = t.sim().hlrc_counters(1);
+      const uint64_t before = c.write_faults.load();
+      for (uint64_t p = 0; p < kWritten; ++p) t.write(*base + p * 4096 + 8, p + 100);
+      *faults = c.write_faults.load() - before;
+      t.barrier(barrier_id(0), 2);
+    });
+    Status st = sim.run();
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    const protocols::hlrc::Counters& c = sim.hlrc_counters(1);
+    if (ahead == 0) {
+      EXPECT_EQ(*faults, kWritten);
+      EXPECT_EQ(c.twins_ahead.load(), 0u);
+    } else {
+      // Windows of 0, 2, 4, 8, 16 pages after the faulting one: 31 pages in 5 faults, then one
+      // more for the last page.
+      EXPECT_LE(*faults, 6u);
+      EXPECT_GE(c.twins_ahead.load(), kWritten - 6);
+      EXPECT_GT(c.twins_ahead_unwritten.load(), 0u) << "the last window runs past page 31";
+    }
+    EXPECT_EQ(c.diffs_created.load(), kWritten) << "write-ahead " << ahead;
+    EXPECT_EQ(c.write_hints.load(), 0u) << "write-ahead " << ahead;
+  }
+}
+
 // Solicited arrivals (sync/barriers.h): from the second episode on, every node's arrival
 // answers the solicitation the manager sent with the previous release, instead of being a new
 // request for the manager's server thread.

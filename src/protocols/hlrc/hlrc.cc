@@ -141,6 +141,37 @@ Stream& stream_for(PageId page, uint32_t max_window) {
   return *lru;
 }
 
+// Per application thread: the streams of write faults on read-only copies in ascending order
+// (write-ahead), kept as the read streams are. Each: the first page of the stream, the last
+// page its last fault opened, and the window that fault used.
+struct WriteStream {
+  PageId first = ~PageId{0};
+  PageId last = ~PageId{0};
+  uint32_t window = 0;
+  uint64_t used = 0;
+};
+thread_local WriteStream t_write_streams[kStreams];
+thread_local uint64_t t_write_clock = 0;
+
+// How many pages after `page` a write fault on its read-only copy opens with it: none for a new
+// stream, then 2, 4, ... up to `max_window` while the faults continue it (each comes after the
+// stream's first page and at most two pages after the last one its previous fault opened).
+// Random writers, whose streams are one page long, stay at one page per fault.
+uint32_t write_ahead_for(PageId page, uint32_t max_window) {
+  WriteStream* lru = &t_write_streams[0];
+  for (WriteStream& s : t_write_streams) {
+    if (s.first != ~PageId{0} && page > s.first && page <= s.last + 2) {
+      s.window = std::min<uint32_t>(std::max<uint32_t>(2 * s.window, 2), max_window);
+      s.last = page + s.window;
+      s.used = ++t_write_clock;
+      return s.window;
+    }
+    if (s.used < lru->used) lru = &s;
+  }
+  *lru = WriteStream{page, page, 0, ++t_write_clock};
+  return 0;
+}
+
 // Write tracking: a hot page found unwritten by this many releases in a row is write-protected
 // again (a fault per first write), so that releases scan only pages the home writes now.
 constexpr uint32_t kHotIdleReleases = 4;
@@ -350,6 +381,7 @@ void Hlrc::open_for_writing(PageId page, PageEntry& e, const std::byte* base) {
   e.twin.reset(new std::byte[kPageBytes]);
   std::memcpy(e.twin.get(), base, kPageBytes);
   counters_.twins.fetch_add(1, std::memory_order_relaxed);
+  e.twin_ahead = false;
   e.state = st(PageState::kWritable);
   e.prot = Prot::kReadWrite;
   add_dirty(page, e);
@@ -399,6 +431,7 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
   // every page of the stripe, and a busy stripe would never let a wait time out.
   Stall stall{now(), false};
   bool first_touch = false;
+  uint32_t write_ahead = 0;
   Status undiffed;
   comm::NodeId culprit = comm::kNoNode;
   for (;;) {
@@ -451,6 +484,11 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
       case PageState::kReadOnly: {
         // First write in this interval: twin, then open for writing.
         LOOM_CHECK(is_write, "read fault on a read-only copy: {}", dump_page(page));
+        if (opts_.write_ahead > 0 && opts_.mutant == Options::Mutant::kNone) {
+          // A stream of such faults: open the copies ahead with it, once the stripe is free.
+          write_ahead = write_ahead_for(page, opts_.write_ahead);
+          if (write_ahead > 0) break;
+        }
         open_for_writing(page, e, space_.sys_page(page));
         space_.protect(page, 1, e.prot);
         return true;
@@ -494,7 +532,37 @@ bool Hlrc::handle_fault(void* addr, bool is_write) {
     open_first_touch_run(page);
     return true;
   }
+  if (write_ahead > 0) {
+    open_write_run(page, write_ahead);
+    return true;
+  }
   return fetch(page, is_write, stall);
+}
+
+void Hlrc::open_write_run(PageId page, uint32_t ahead) {
+  std::vector<PageId> run;
+  run.reserve(ahead + 1);
+  for (PageId p = page; p <= page + ahead && p < space_.num_pages(); ++p) run.push_back(p);
+  size_t opened = 0;
+  in_stripe_batches(table_, run, [&](const std::vector<PageId>& batch) {
+    // note: each page looked at again under its stripe. The faulting page may have changed
+    // since its fault saw it (invalidated, or opened by another thread): then its access
+    // faults again, or goes through; if not, it opens as handle_fault opens a read-only copy.
+    // A page ahead opens only if nothing is under way for it: not prefetched, not being taken.
+    std::vector<PageId> open;
+    for (PageId p : batch) {
+      PageEntry& e = table_.at(p);
+      if (e.protocol != kHlrcId || e.state != st(PageState::kReadOnly) ||
+          e.home == static_cast<int32_t>(me_) || (p != page && (e.fetching || e.taking)))
+        continue;
+      open_for_writing(p, e, space_.sys_page(p));
+      e.twin_ahead = p != page;
+      open.push_back(p);
+    }
+    opened += open.size();
+    protect_ranges(std::move(open), Prot::kReadWrite);
+  });
+  if (opened > 1) counters_.twins_ahead.fetch_add(opened - 1, std::memory_order_relaxed);
 }
 
 void Hlrc::open_first_touch_run(PageId page) {
@@ -902,7 +970,13 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
       w.u32(0);  // length, patched below
       size_t n = memory::diff_create(e.twin.get(), space_.sys_page(p), &b.bytes);
       e.twin.reset();
-      if (n == 0 && opts_.migrate_after > 0) {
+      const bool ahead = e.twin_ahead;
+      e.twin_ahead = false;
+      if (n == 0 && ahead) {
+        // Twinned ahead of a write that did not come (write-ahead): not written.
+        b.bytes.resize(at);
+        counters_.twins_ahead_unwritten.fetch_add(1, std::memory_order_relaxed);
+      } else if (n == 0 && opts_.migrate_after > 0) {
         // Written, but nothing changed (SOR's zeros written as zeros): an empty entry still tells
         // the home who writes the page, so that its home can follow the writer (a hint: it
         // applies nothing and is not part of the writer's chain of diffs).

@@ -101,6 +101,9 @@ struct Counters {
       write_hints{0},
       // fetch-ahead and batched prefetch: extra pages installed here, and sent as a home
       pages_ahead{0}, pages_sent_ahead{0},
+      // write-ahead: copies twinned and opened ahead of a write, and those of them a release
+      // found unwritten
+      twins_ahead{0}, twins_ahead_unwritten{0},
       // causal fetch: fetches whose copy was newer than this node's notices
       causal_fetches{0},
       // write tracking at the home: pages armed (they join the hot set), pages dropped from it
@@ -142,6 +145,10 @@ class Hlrc final : public Protocol, public Consistency {
     // its allocation that follow, up to this many pages in all, as if each had been touched
     // (docs/memory.md#a-first-touch-opens-a-run). 1: one page per fault.
     uint32_t first_touch_run = 16;
+    // Write-ahead: a thread whose write faults on read-only copies come in ascending order gets
+    // up to this many of the following read-only copies twinned and opened for writing with the
+    // one it faulted on (docs/protocols/hlrc.md#write-ahead). 0: one page per fault.
+    uint32_t write_ahead = 16;
     // Test-only: a deliberately broken variant, so that the simulator's consistency checker can
     // be shown to catch it (loom-sim --mutant). Never set outside tests.
     enum class Mutant : uint8_t {
@@ -258,6 +265,10 @@ class Hlrc final : public Protocol, public Consistency {
   bool handle_fault(void* addr, bool is_write);
   void release_locked(const IntervalStamp& next, std::vector<PageWrite> written)
       REQUIRES(release_mu_);
+  // A write fault on the read-only copy `page`, continuing a stream of such faults: twins and
+  // opens `page` and the read-only copies among the `ahead` pages after it, one mprotect per
+  // run. Takes the pages' stripes itself.
+  void open_write_run(memory::PageId page, uint32_t ahead);
   // After a first touch as home: opens the run Options::first_touch_run says.
   void open_first_touch_run(memory::PageId page);
   // An opened page (Heap::open_first_touch_run) that the heap found touched: this node's
