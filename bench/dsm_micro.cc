@@ -39,6 +39,10 @@
 //                                                   into the never-touched page through the other
 //                                                   view, as Loom installs a fetched page (the
 //                                                   kernel allocates the page there).
+//   kernel_costs         same run, without Loom: syscall_us (getppid), mprotect_{1_page,
+//                        32_pages,64_pages}_us (per call, mapped pages, read-only and back):
+//                        what the machine charges for a kernel entry and for page-table
+//                        changes, which a VM with shadow paging multiplies (bench/RESULTS.md).
 //   read_refetch_us      (+ _breakdown) the same pages read again after node 1 wrote every one of
 //                        them and a loom::barrier invalidated node 0's copies: a steady-state
 //                        fetch, where neither node's memfd needs a new page. With LOOM_PREFETCH=1
@@ -397,6 +401,32 @@ void measure_raw_faults(int reps, Samples& s, std::vector<double>* all_private,
     ::munmap(app, len);
     ::munmap(sys, len);
     ::close(fd);
+
+    // What the machine charges for entering the kernel and for changing page-table entries,
+    // which every protocol step pays (on a VM with shadow paging, 5-10x a bare machine's): a
+    // system call, and mprotect of runs of 1, 32 and 64 mapped pages (Linux flushes the TLB page
+    // by page up to 33 pages, wholly beyond).
+    t0 = now_ns();
+    for (int i = 0; i < kRawPages; ++i) (void)::getppid();
+    s["raw_syscall_us"].push_back(static_cast<double>(now_ns() - t0) / 1e3 / kRawPages);
+    priv = static_cast<std::byte*>(
+        ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (priv == MAP_FAILED) fail(Status::from_errno("mmap", errno));
+    std::memset(priv, 1, len);
+    for (int run : {1, 32, 64}) {
+      const int calls = kRawPages / run;
+      t0 = now_ns();
+      for (int i = 0; i < calls; ++i) {
+        std::byte* at = priv + static_cast<size_t>(i) * run * kPage;
+        const size_t bytes = static_cast<size_t>(run) * kPage;
+        if (::mprotect(at, bytes, PROT_READ) != 0 ||
+            ::mprotect(at, bytes, PROT_READ | PROT_WRITE) != 0)
+          fail(Status::from_errno("mprotect", errno));
+      }
+      s[fmt::format("raw_mprotect_{}_pages_us", run)].push_back(static_cast<double>(now_ns() - t0) /
+                                                                1e3 / (2.0 * calls));
+    }
+    ::munmap(priv, len);
   }
 }
 
@@ -993,6 +1023,10 @@ int run(const Args& args) {
   rb["raw_memfd_two_views_us"] = or_null(have_raw, median(raw_memfd_all));
   rb["raw_memfd_fill_us"] = or_null(have_raw, median(raw_fill_all));
   j["read_fault_breakdown"] = rb;
+  j["kernel_costs"] = {{"syscall_us", med("raw_syscall_us")},
+                       {"mprotect_1_page_us", med("raw_mprotect_1_pages_us")},
+                       {"mprotect_32_pages_us", med("raw_mprotect_32_pages_us")},
+                       {"mprotect_64_pages_us", med("raw_mprotect_64_pages_us")}};
   j["read_refetch_us"] = or_null(!refetch.lat.empty(), median(refetch.lat));
   j["read_refetch_breakdown"] = breakdown(refetch);
   j["read_fault_home_written_us"] = or_null(!home_written.lat.empty(), median(home_written.lat));
@@ -1083,6 +1117,11 @@ int run(const Args& args) {
   line("raw SIGSEGV + mprotect, memfd 2 views (us)", rb["raw_memfd_two_views_us"], "{:.2f}",
        nullptr);
   line("  same, 4 KiB copied into a new page (us)", rb["raw_memfd_fill_us"], "{:.2f}", nullptr);
+  const nlohmann::json& kc = j["kernel_costs"];
+  line("raw system call, getppid (us)", kc["syscall_us"], "{:.2f}", nullptr);
+  line("raw mprotect of 1 mapped page (us)", kc["mprotect_1_page_us"], "{:.2f}", nullptr);
+  line("  of 32 pages, one call (us)", kc["mprotect_32_pages_us"], "{:.2f}", nullptr);
+  line("  of 64 pages, one call (us)", kc["mprotect_64_pages_us"], "{:.2f}", nullptr);
   const nlohmann::json& rh = j["read_fault_home_written_breakdown"];
   line("first read, page already written by home (us)", j["read_fault_home_written_us"], "{:.2f}",
        nullptr);
