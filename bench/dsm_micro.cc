@@ -757,13 +757,13 @@ void measure_invalidated_reads(int reps, bool node0, const Shared& sh, Samples& 
 // --- Locks and barriers -------------------------------------------------------------------------
 
 void measure_local_lock(int reps, Samples& s, nlohmann::json* checks) {
-  const auto& lc = runtime::current().locks().counters();
+  const sync::LockService& lc = runtime::current().locks();
   loom::mutex m;
   for (int i = 0; i < 1000; ++i) {  // the first one fetches the token if node 1 manages the lock
     m.lock();
     m.unlock();
   }
-  uint64_t remote0 = lc.remote_acquires.load();
+  uint64_t remote0 = lc.counters().remote_acquires;
   for (int rep = 0; rep < reps; ++rep) {
     int64_t t0 = now_ns();
     for (int i = 0; i < kLocalLockIters; ++i) {
@@ -773,7 +773,7 @@ void measure_local_lock(int reps, Samples& s, nlohmann::json* checks) {
     int64_t t1 = now_ns();
     s["lock_local_per_s"].push_back(kLocalLockIters * 1e9 / static_cast<double>(t1 - t0));
   }
-  (*checks)["lock_local_remote_acquires"] = lc.remote_acquires.load() - remote0;
+  (*checks)["lock_local_remote_acquires"] = lc.counters().remote_acquires - remote0;
 }
 
 void measure_barrier(int reps, const Shared& sh, bool node0, Samples& s) {
@@ -799,9 +799,9 @@ struct HandoffRep {
 
 HandoffRep handoff_rep(loom::mutex m, uint64_t* counter, bool take_turns) {
   runtime::Runtime& rt = runtime::current();
-  const auto& lc = rt.locks().counters();
+  const sync::LockService& lc = rt.locks();
   bootstrap_barrier();
-  uint64_t r0 = lc.remote_acquires.load(), l0 = lc.local_acquires.load();
+  uint64_t r0 = lc.counters().remote_acquires, l0 = lc.counters().local_acquires;
   uint64_t n = 0;
   int64_t t0 = now_ns(), t1 = t0;
   const int64_t deadline = t0 + kHandoffNs;
@@ -810,19 +810,19 @@ HandoffRep handoff_rep(loom::mutex m, uint64_t* counter, bool take_turns) {
     if (counter != nullptr) ++*counter;
     // note: no grant can leave this node while it holds the lock, so this is the count before
     // the unlock below.
-    uint64_t g0 = lc.grants_sent.load(std::memory_order_relaxed);
+    uint64_t g0 = lc.grants_sent();
     m.unlock();
     ++n;
     t1 = now_ns();
     if (take_turns) {
-      while (lc.grants_sent.load(std::memory_order_relaxed) == g0 && t1 < deadline) {
+      while (lc.grants_sent() == g0 && t1 < deadline) {
         sched_yield();
         t1 = now_ns();
       }
     }
   }
-  nlohmann::json mine = {{"remote", lc.remote_acquires.load() - r0},
-                         {"local", lc.local_acquires.load() - l0},
+  nlohmann::json mine = {{"remote", lc.counters().remote_acquires - r0},
+                         {"local", lc.counters().local_acquires - l0},
                          {"n", n},
                          {"ns", t1 - t0}};
   Result<std::vector<std::string>> all = rt.bootstrap().allgather(mine.dump());
@@ -868,7 +868,7 @@ void measure_handoffs(int reps, const Shared& sh, bool node0, Samples& s, nlohma
   b.wait();
   uint64_t counted = 0;
   // The contended counter first: its longest wait is then this phase's (and the warm-up's).
-  const auto& lc = runtime::current().locks().counters();
+  const sync::LockService& lc = runtime::current().locks();
   for (int rep = 0; rep < reps; ++rep) {
     HandoffRep r = handoff_rep(sh.counter_lock, sh.counter, false);
     s["contended_counter_per_s"].push_back(r.acquires_per_s);
@@ -876,7 +876,7 @@ void measure_handoffs(int reps, const Shared& sh, bool node0, Samples& s, nlohma
     counted += r.acquires;
   }
   Result<std::vector<std::string>> waits =
-      runtime::current().bootstrap().allgather(std::to_string(lc.max_wait_ns.load()));
+      runtime::current().bootstrap().allgather(std::to_string(lc.counters().max_wait_ns));
   check(waits.status(), "allgather");
   uint64_t most = 0;
   for (const std::string& w : *waits) most = std::max<uint64_t>(most, std::stoull(w));

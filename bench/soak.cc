@@ -354,7 +354,7 @@ PhaseResult handoff_phase(const Shared& sh, int64_t warmup, int64_t n, int64_t s
                           uint64_t* acquires) {
   const int nodes = loom::num_nodes();
   const int me = loom::node_id();
-  const auto& lc = runtime::current().locks().counters();
+  const sync::LockService& lc = runtime::current().locks();
   loom::mutex m = sh.lock;
   uint64_t* counter = sh.counter;
   // This node's share of the warm-up and of the run (hand-offs are counted over all nodes).
@@ -367,12 +367,12 @@ PhaseResult handoff_phase(const Shared& sh, int64_t warmup, int64_t n, int64_t s
     ++*counter;
     // note: no grant can leave this node while it holds the lock, so this is the count before
     // the unlock below.
-    uint64_t g0 = lc.grants_sent.load(std::memory_order_relaxed);
+    uint64_t g0 = lc.grants_sent();
     m.unlock();
     ++done;
     ++*acquires;
     if (nodes > 1 && done < my_total)
-      while (lc.grants_sent.load(std::memory_order_relaxed) == g0) sched_yield();
+      while (lc.grants_sent() == g0) sched_yield();
   };
   return run_phase(my_warmup, my_n, samples, nodes, true, acquire_once);
 }
@@ -492,7 +492,7 @@ int run(const Args& args) {
   nlohmann::json me_json = {{"barriers", barriers.json()},
                             {"handoffs", handoffs.json()},
                             {"acquires", acquires},
-                            {"remote_acquires", rt.locks().counters().remote_acquires.load()}};
+                            {"remote_acquires", rt.locks().counters().remote_acquires}};
   Result<std::vector<std::string>> all = rt.bootstrap().allgather(me_json.dump());
   check(all.status(), "allgather");
   nlohmann::json nodes_json = nlohmann::json::array();

@@ -678,7 +678,7 @@ const sync::BarrierCounters& Simulation::barrier_counters(uint32_t node) const {
   return nodes_.at(node)->barriers->counters();
 }
 
-const sync::LockCounters& Simulation::lock_counters(uint32_t node) const {
+sync::LockCounters Simulation::lock_counters(uint32_t node) const {
   return nodes_.at(node)->locks->counters();
 }
 

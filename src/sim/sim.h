@@ -192,7 +192,7 @@ class Simulation {
   // The barrier counters of one node.
   const sync::BarrierCounters& barrier_counters(uint32_t node) const;
   // The lock counters of one node.
-  const sync::LockCounters& lock_counters(uint32_t node) const;
+  sync::LockCounters lock_counters(uint32_t node) const;
   // The heap counters of one node (allocations, home queries, first touches).
   memory::Heap::Stats heap_stats(uint32_t node) const;
   // The calls one node's frames took to change protection, and to arm pages (write tracking).

@@ -53,6 +53,38 @@ LockService::~LockService() {
   }
 }
 
+namespace {
+// One more of a stripe's counters: the caller holds the stripe's mutex, so no other thread
+// writes it meanwhile, and a plain load and store is enough (no locked instruction).
+void count(std::atomic<uint64_t>& c) {
+  c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+}  // namespace
+
+LockCounters LockService::counters() const {
+  const auto v = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  LockCounters c;
+  for (const Stripe& st : stripes_) {
+    c.local_acquires += v(st.local_acquires);
+    c.local_handoffs += v(st.local_handoffs);
+    c.lazy_unlocks += v(st.lazy_unlocks);
+    c.kept_reacquires += v(st.kept_reacquires);
+  }
+  c.remote_acquires = v(tally_.remote_acquires);
+  c.grants_sent = v(tally_.grants_sent);
+  c.wait_ns = v(tally_.wait_ns);
+  c.handler_releases = v(tally_.handler_releases);
+  c.deferred_grants = v(tally_.deferred_grants);
+  c.kept_unlocks = v(tally_.kept_unlocks);
+  c.keeps_timed_out = v(tally_.keeps_timed_out);
+  c.pushes = v(tally_.pushes);
+  c.pushes_received = v(tally_.pushes_received);
+  c.pushes_unused = v(tally_.pushes_unused);
+  c.requests_dropped = v(tally_.requests_dropped);
+  c.max_wait_ns = v(tally_.max_wait_ns);
+  return c;
+}
+
 LockService::Stripe& LockService::stripe_of(uint64_t id) { return stripes_[mix(id) % kStripes]; }
 
 // note: a lock's first state is "token at the manager, free". Whichever of the manager's
@@ -156,6 +188,7 @@ void LockService::lock(uint64_t id) {
     NodeLock& nl = node_lock(st, id);
     if (nl.token && !nl.held && nl.waiters.empty()) {
       take_cached(st, nl);  // the token was cached here: no message
+      count(st.local_acquires);
       cached = true;
     } else {
       nl.waiters.push_back(&w);
@@ -171,7 +204,6 @@ void LockService::lock(uint64_t id) {
     }
   }
   if (cached) {
-    counters_.local_acquires.fetch_add(1, std::memory_order_relaxed);
     consistency_.acquire();
     return;
   }
@@ -180,10 +212,10 @@ void LockService::lock(uint64_t id) {
   const Status& s = comm_.wait(w.done);
   LOOM_CHECK(s.is_ok(), "waiting for lock {:#x}: {}", id, s.to_string());
   const uint64_t waited = static_cast<uint64_t>(comm::now_ns() - t0);
-  counters_.wait_ns.fetch_add(waited, std::memory_order_relaxed);
-  uint64_t most = counters_.max_wait_ns.load(std::memory_order_relaxed);
+  tally_.wait_ns.fetch_add(waited, std::memory_order_relaxed);
+  uint64_t most = tally_.max_wait_ns.load(std::memory_order_relaxed);
   while (waited > most &&
-         !counters_.max_wait_ns.compare_exchange_weak(most, waited, std::memory_order_relaxed)) {
+         !tally_.max_wait_ns.compare_exchange_weak(most, waited, std::memory_order_relaxed)) {
   }
   consistency_.acquire();
 }
@@ -195,7 +227,7 @@ bool LockService::try_lock(uint64_t id) {
     NodeLock& nl = node_lock(st, id);
     if (!nl.token || nl.held || !nl.waiters.empty()) return false;
     take_cached(st, nl);
-    counters_.local_acquires.fetch_add(1, std::memory_order_relaxed);
+    count(st.local_acquires);
   }
   consistency_.acquire();
   return true;
@@ -225,7 +257,7 @@ void LockService::unlock(uint64_t id) {
       if (nl.has_successor) ++nl.streak;
       next = nl.waiters.front();
       nl.waiters.pop_front();
-      counters_.local_handoffs.fetch_add(1, std::memory_order_relaxed);
+      count(st.local_handoffs);
       if (!eager) mark_unreleased(st, nl);
     } else if (nl.has_successor && nl.waiters.empty() && may_keep(st, nl)) {
       keep_token(st, id, nl);
@@ -285,7 +317,7 @@ LockService::Grant LockService::push_token(Stripe& s, uint64_t id, NodeLock& nl)
   const comm::NodeId to = nl.last_to;
   s.tails[id] = to;
   ++s.pushes_to[id][to];
-  counters_.pushes.fetch_add(1, std::memory_order_relaxed);
+  tally_.pushes.fetch_add(1, std::memory_order_relaxed);
   nl.has_successor = true;
   nl.successor = to;
   {
@@ -310,7 +342,7 @@ LockService::Grant LockService::unlock_to_successor(Stripe& s, uint64_t id, Node
   return g;
 }
 
-void LockService::take_cached(Stripe&, NodeLock& nl) {
+void LockService::take_cached(Stripe& st, NodeLock& nl) {
   nl.held = true;
   nl.pushed_in = false;  // a pushed token is used
   if (!nl.has_successor) return;
@@ -321,7 +353,7 @@ void LockService::take_cached(Stripe&, NodeLock& nl) {
              me_, nl.streak - 1, nl.successor, policy_.fairness);
   if (nl.keep == Keep::kOpen) {
     nl.keep_used = true;
-    counters_.kept_reacquires.fetch_add(1, std::memory_order_relaxed);
+    count(st.kept_reacquires);
   }
 }
 
@@ -342,7 +374,7 @@ bool LockService::may_keep(Stripe&, NodeLock& nl) {
 // when the timer fires) from then on, whatever this node's threads do.
 void LockService::keep_token(Stripe&, uint64_t id, NodeLock& nl) {
   nl.held = false;
-  counters_.kept_unlocks.fetch_add(1, std::memory_order_relaxed);
+  tally_.kept_unlocks.fetch_add(1, std::memory_order_relaxed);
   if (nl.keep != Keep::kNone) return;
   nl.keep = Keep::kOpen;
   nl.keep_used = false;
@@ -363,7 +395,7 @@ void LockService::on_keep_over(uint64_t id, uint64_t epoch) {
     NodeLock& nl = it->second;
     if (nl.keep != Keep::kOpen || nl.keep_epoch != epoch) return;  // the token left meanwhile
     nl.keep = Keep::kOver;
-    counters_.keeps_timed_out.fetch_add(1, std::memory_order_relaxed);
+    tally_.keeps_timed_out.fetch_add(1, std::memory_order_relaxed);
     // Held (or about to be, by a local waiter): the unlock that frees it grants it.
     if (!nl.token || nl.held || !nl.waiters.empty() || !nl.has_successor) return;
     // Nobody came back for it: do not keep this lock's token again until this node asks for it
@@ -379,7 +411,7 @@ void LockService::on_keep_over(uint64_t id, uint64_t epoch) {
   }
   if (grant.to != comm::kNoNode) send_grant(std::move(grant));
   if (release && consistency_.try_release_from_handler())
-    counters_.handler_releases.fetch_add(1, std::memory_order_relaxed);
+    tally_.handler_releases.fetch_add(1, std::memory_order_relaxed);
 }
 
 bool LockService::hand_over_idle(Stripe& s, uint64_t id, NodeLock& nl, Grant* g) {
@@ -394,12 +426,12 @@ bool LockService::hand_over_idle(Stripe& s, uint64_t id, NodeLock& nl, Grant* g)
   return true;
 }
 
-void LockService::mark_unreleased(Stripe&, NodeLock& nl) {
+void LockService::mark_unreleased(Stripe& st, NodeLock& nl) {
   // note: read after this thread's writes under the lock; a release that starts later covers
   // them (releases_started() counts one still running, which may not).
   nl.unreleased = true;
   nl.release_needed = consistency_.releases_started() + 1;
-  counters_.lazy_unlocks.fetch_add(1, std::memory_order_relaxed);
+  count(st.lazy_unlocks);
 }
 
 bool LockService::released(Stripe&, const NodeLock& nl) const {
@@ -430,7 +462,7 @@ void LockService::on_released(bool on_dispatcher) {
       keep.push_back(id);
       continue;
     }
-    counters_.deferred_grants.fetch_add(1, std::memory_order_relaxed);
+    tally_.deferred_grants.fetch_add(1, std::memory_order_relaxed);
     grants.push_back(make_grant(st, id, nl));
   }
   // Pushes (unlock): tokens still idle here with nobody asking, their writes released.
@@ -479,7 +511,7 @@ LockService::Grant LockService::make_grant(Stripe&, uint64_t id, NodeLock& nl) {
   w.u8(
       static_cast<uint8_t>((nl.successor_pushed ? kGrantPushed : 0) | (unused ? kGrantUnused : 0)));
   consistency_.write_notices_for(nl.successor_vt, w);
-  if (unused) counters_.pushes_unused.fetch_add(1, std::memory_order_relaxed);
+  if (unused) tally_.pushes_unused.fetch_add(1, std::memory_order_relaxed);
   nl.pushed_out = nl.successor_pushed;
   nl.successor_pushed = false;
   nl.pushed_in = false;
@@ -498,7 +530,7 @@ LockService::Grant LockService::make_grant(Stripe&, uint64_t id, NodeLock& nl) {
 }
 
 void LockService::send_grant(Grant g) {
-  counters_.grants_sent.fetch_add(1, std::memory_order_relaxed);
+  tally_.grants_sent.fetch_add(1, std::memory_order_relaxed);
   Status s = comm_.send(g.to, msg::kLockGrant, g.payload);
   LOOM_CHECK(s.is_ok(), "sending a lock grant to node {}: {}", g.to, s.to_string());
 }
@@ -565,7 +597,7 @@ Status LockService::on_request(uint64_t id, comm::NodeId requester, VectorTime v
     }
   }
   if (overtaken) {
-    counters_.requests_dropped.fetch_add(1, std::memory_order_relaxed);
+    tally_.requests_dropped.fetch_add(1, std::memory_order_relaxed);
     return Status::ok();
   }
   if (prev == me_) {
@@ -603,7 +635,7 @@ Status LockService::on_forward(uint64_t id, comm::NodeId requester, VectorTime v
   // thread, that release's listener call does (it began before this unlock? then it starts one
   // more).
   if (release && consistency_.try_release_from_handler())
-    counters_.handler_releases.fetch_add(1, std::memory_order_relaxed);
+    tally_.handler_releases.fetch_add(1, std::memory_order_relaxed);
   return Status::ok();
 }
 
@@ -643,7 +675,7 @@ Status LockService::on_grant(comm::Incoming& in) {
     nl.pushed_out = false;
     if (pushed) {
       ++nl.pushes_seen;
-      counters_.pushes_received.fetch_add(1, std::memory_order_relaxed);
+      tally_.pushes_received.fetch_add(1, std::memory_order_relaxed);
     }
     if (!asked) {
       nl.pushed_in = true;  // cached here for a thread of this node to take
@@ -660,10 +692,10 @@ Status LockService::on_grant(comm::Incoming& in) {
   if (w == nullptr) {
     if (grant.to != comm::kNoNode) send_grant(std::move(grant));
     if (release && consistency_.try_release_from_handler())
-      counters_.handler_releases.fetch_add(1, std::memory_order_relaxed);
+      tally_.handler_releases.fetch_add(1, std::memory_order_relaxed);
     return Status::ok();
   }
-  counters_.remote_acquires.fetch_add(1, std::memory_order_relaxed);
+  tally_.remote_acquires.fetch_add(1, std::memory_order_relaxed);
   complete(w);
   return Status::ok();
 }
