@@ -470,6 +470,9 @@ TEST(SimTest, WriteAheadOpensTheCopiesAStreamOfWriteFaultsWillWrite) {
       EXPECT_LE(*faults, 6u);
       EXPECT_GE(c.twins_ahead.load(), kWritten - 6);
       EXPECT_GT(c.twins_ahead_unwritten.load(), 0u) << "the last window runs past page 31";
+      // Each written page faulted or was opened ahead; each page opened ahead was written or
+      // found unwritten.
+      EXPECT_EQ(c.twins_ahead.load(), kWritten - *faults + c.twins_ahead_unwritten.load());
     }
     EXPECT_EQ(c.diffs_created.load(), kWritten) << "write-ahead " << ahead;
     EXPECT_EQ(c.write_hints.load(), 0u) << "write-ahead " << ahead;

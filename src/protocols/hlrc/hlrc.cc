@@ -543,7 +543,7 @@ void Hlrc::open_write_run(PageId page, uint32_t ahead) {
   std::vector<PageId> run;
   run.reserve(ahead + 1);
   for (PageId p = page; p <= page + ahead && p < space_.num_pages(); ++p) run.push_back(p);
-  size_t opened = 0;
+  size_t ahead_opened = 0;  // pages after `page` (the faulting page itself may not open)
   in_stripe_batches(table_, run, [&](const std::vector<PageId>& batch) {
     // note: each page looked at again under its stripe. The faulting page may have changed
     // since its fault saw it (invalidated, or opened by another thread): then its access
@@ -557,12 +557,12 @@ void Hlrc::open_write_run(PageId page, uint32_t ahead) {
         continue;
       open_for_writing(p, e, space_.sys_page(p));
       e.twin_ahead = p != page;
+      if (e.twin_ahead) ++ahead_opened;
       open.push_back(p);
     }
-    opened += open.size();
     protect_ranges(std::move(open), Prot::kReadWrite);
   });
-  if (opened > 1) counters_.twins_ahead.fetch_add(opened - 1, std::memory_order_relaxed);
+  if (ahead_opened > 0) counters_.twins_ahead.fetch_add(ahead_opened, std::memory_order_relaxed);
 }
 
 void Hlrc::open_first_touch_run(PageId page) {
