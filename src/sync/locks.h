@@ -50,7 +50,6 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <unordered_map>
 #include <vector>
 
@@ -132,6 +131,27 @@ class LockService {
  private:
   struct Waiter {
     comm::Completion done;
+    Waiter* next = nullptr;  // in its lock's WaiterQueue
+  };
+  // The threads of this node waiting for a lock, first come first: a list through the waiters
+  // (on their threads' stacks), two pointers in the NodeLock.
+  class WaiterQueue {
+   public:
+    bool empty() const { return head_ == nullptr; }
+    Waiter* front() const { return head_; }
+    void push_back(Waiter* w) {
+      w->next = nullptr;
+      (tail_ != nullptr ? tail_->next : head_) = w;
+      tail_ = w;
+    }
+    void pop_front() {
+      head_ = head_->next;
+      if (head_ == nullptr) tail_ = nullptr;
+    }
+
+   private:
+    Waiter* head_ = nullptr;
+    Waiter* tail_ = nullptr;
   };
   // Keeping the token for the current successor (LockPolicy::keep_ns): not yet, the window is
   // open, or it is over (its time ran out; the token leaves at the next unlock).
@@ -144,14 +164,27 @@ class LockService {
   // leaves unused.
   static constexpr uint8_t kGrantPushed = 1;
   static constexpr uint8_t kGrantUnused = 2;
+  // note: the fields a local lock() and unlock() read and write come first, so that with the
+  // map's key they share one cache line (two threads of a node taking turns with a lock move
+  // that line, as they would move a pthread mutex; the rest stays where it is).
   struct NodeLock {
     bool token = false;      // the token is at this node
     bool held = false;       // a thread of this node holds the lock
     bool requested = false;  // asked the manager; grant not yet here
+    bool has_successor = false;
+    // A thread of this node unlocked without releasing: the token may leave only once a release
+    // that started after that unlock has ended (Consistency::releases_completed() >=
+    // release_needed).
+    bool unreleased = false;
+    bool push_pending = false;  // listed in push_candidates_
+    bool pushed_in = false;
+    Keep keep = Keep::kNone;
     // Local acquisitions (handoffs, kept tokens taken) since the successor became known.
     // Invariant: an idle token with a successor has streak < fairness.
     uint32_t streak = 0;
-    Keep keep = Keep::kNone;
+    comm::NodeId successor = comm::kNoNode;
+    uint64_t release_needed = 0;
+    WaiterQueue waiters;
     bool keep_used = false;   // a thread of this node took the kept token in this window
     uint64_t keep_timer = 0;  // the window's timer while kOpen
     uint64_t keep_epoch = 0;  // numbers windows: a timer of an earlier one does nothing
@@ -167,23 +200,14 @@ class LockService {
     // drops to 0 when a kept token is taken.
     uint32_t keep_backoff = 0;
     uint32_t keep_skips = 0;
-    std::deque<Waiter*> waiters;
-    bool has_successor = false;
-    comm::NodeId successor = comm::kNoNode;
     protocols::VectorTime successor_vt;
-    // A thread of this node unlocked without releasing: the token may leave only once a release
-    // that started after that unlock has ended (Consistency::releases_completed() >=
-    // release_needed).
-    bool unreleased = false;
-    uint64_t release_needed = 0;
     // Pushing (LockPolicy::push): where the token came from last, where it went last, whether
-    // the successor is a push, whether the token here came by a push and no thread took it yet,
-    // whether this node's last grant was a push, and the backoff after pushes that went unused.
+    // the successor is a push, whether the token here came by a push and no thread took it yet
+    // (pushed_in, above), whether this node's last grant was a push, and the backoff after
+    // pushes that went unused.
     comm::NodeId last_from = comm::kNoNode;
     comm::NodeId last_to = comm::kNoNode;
     bool successor_pushed = false;
-    bool push_pending = false;  // listed in push_candidates_
-    bool pushed_in = false;
     bool pushed_out = false;
     // Pushed grants of this lock received here; a request carries the count, so that the manager
     // can drop a request that a push overtook (it answered it).
