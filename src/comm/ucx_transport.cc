@@ -189,12 +189,8 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const Options& option
   std::unique_ptr<UcxTransport> t(new UcxTransport());
   t->opts_ = options;
   // why: UCX's shared-memory transports report peer failures only with their error handling
-  // enabled (off by default in UCX 1.13). Their keepalive (every KEEPALIVE_INTERVAL) is kept at
-  // UCX's 20 s: a due check whose send finds the peer's FIFO full is retried at every progress
-  // call, and each try reads /proc/<pid>/stat (uct_mm_ep_no_resources_handle), so under load a
-  // 1 s interval cost thousands of file reads a second (FFT 2^24: 43 000 opens, ~12 % of the
-  // run). Launcher and heartbeats detect a dead peer sooner (docs/comm.md). Users can still
-  // override these in the environment.
+  // enabled (off by default in UCX 1.13), and their keepalive checks the peer process every
+  // KEEPALIVE_INTERVAL (20 s by default). Users can still override both in the environment.
   if (options.err_handling) {
     const char* env_tls = getenv("UCX_TLS");
     std::string tls = !options.tls.empty() ? options.tls : env_tls != nullptr ? env_tls : "all";
@@ -204,7 +200,7 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const Options& option
       setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
       setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
     }
-    setenv("UCX_KEEPALIVE_INTERVAL", "20s", 0);
+    setenv("UCX_KEEPALIVE_INTERVAL", "1s", 0);
   }
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
