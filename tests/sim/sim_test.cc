@@ -425,6 +425,45 @@ TEST(SimTest, AFetchAheadRequestArmsItsPagesInOneCall) {
   }
 }
 
+// A release's diffs for one home go in hlrc.diffs messages of at most 1 MiB of entries each
+// (hlrc.cc kMaxDiffsMessageBytes): node 1 rewrites every byte of 600 pages homed at node 0 (600
+// whole-page diffs, ~2.4 MiB) in one interval, and its barrier sends them in 3 messages; node 0
+// then reads every byte as written.
+TEST(SimTest, ALargeReleaseSendsItsDiffsInMessagesOfAtMostOneMiB) {
+  constexpr size_t kPages = 600, kBytes = kPages * 4096;
+  Options o;
+  o.nodes = 2;
+  o.hlrc.migrate_after = 0;  // the home stays at node 0
+  Simulation sim(o);
+  auto base = std::make_shared<uint64_t>(0);
+  auto pattern = [](size_t i) { return static_cast<std::byte>((i * 131 + 7) % 251 + 1); };
+  sim.spawn(0, [&, base](Thread& t) {
+    *base = t.alloc(kBytes, memory::Placement::kNode, 0);
+    t.write_bytes(*base, std::vector<std::byte>(kBytes, std::byte{0}));
+    t.barrier(barrier_id(0), 2);
+    t.barrier(barrier_id(0), 2);
+    std::vector<std::byte> got(kBytes);
+    t.read_bytes(*base, got);
+    size_t wrong = 0;
+    for (size_t i = 0; i < kBytes; ++i) wrong += got[i] != pattern(i);
+    EXPECT_EQ(wrong, 0u);
+  });
+  sim.spawn(1, [&, base](Thread& t) {
+    t.barrier(barrier_id(0), 2);
+    std::vector<std::byte> mine(kBytes);
+    t.read_bytes(*base, mine);  // read-only copies first: the writes below are twinned
+    for (size_t i = 0; i < kBytes; ++i) mine[i] = pattern(i);
+    t.write_bytes(*base, mine);
+    t.barrier(barrier_id(0), 2);
+  });
+  ASSERT_TRUE(sim.run().is_ok());
+  EXPECT_EQ(sim.hlrc_counters(1).diffs_created.load(), kPages);
+  uint64_t diffs_messages = 0;
+  for (const auto& ty : sim.by_type())
+    if (ty.name == "hlrc.diffs") diffs_messages = ty.messages;
+  EXPECT_EQ(diffs_messages, 3u);
+}
+
 // Write-ahead (docs/protocols/hlrc.md#write-ahead): node 1 holds read-only copies of 64 pages
 // homed at node 0 and writes the first 32 in order. With write-ahead its faults open the copies
 // ahead in growing windows (2, 4, 8, 16), so it traps a few times instead of 32; the copies it

@@ -96,6 +96,13 @@ Status parse_page_reply(ByteReader& r, uint32_t nodes, PageReply* out) {
 // limit (128 KiB).
 constexpr uint32_t kMaxBatchPages = 16;
 
+// Most bytes of diffs one hlrc.diffs message carries: a release that wrote more for one home
+// sends several (each whole entries, in order). why: one message per home and release grew with
+// the data (FFT 2^24: 70 MB), so each was mapped and faulted in fresh on both sides (above
+// glibc's 4 MiB mmap threshold), the home applied nothing until all of it had arrived, and a
+// release of more than the transport's 1 GiB limit would have failed.
+constexpr size_t kMaxDiffsMessageBytes = size_t{1} << 20;
+
 // Room in a page reply for `n` extra pages (a page, its header and a short version each), so
 // that the reply is not copied again at each doubling as they are appended.
 void reserve_extras(std::vector<std::byte>& reply, size_t n) {
@@ -1042,17 +1049,39 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
     collecting_.store(false);
   }
   counters_.intervals.fetch_add(1, std::memory_order_relaxed);
-  for (auto& [home, b] : batches) {
-    if (b.count == 0) continue;
+  for (auto& [home, b] : batches) send_diffs(static_cast<comm::NodeId>(home), interval, b);
+}
+
+void Hlrc::send_diffs(comm::NodeId home, uint32_t interval, const DiffBatch& b) {
+  // An entry: page (8 bytes), the previous diff's interval (4), the diff's length (4), the diff.
+  constexpr size_t kEntryHeader = 16;
+  std::span<const std::byte> rest(b.bytes);
+  uint32_t left = b.count;
+  while (left > 0) {
+    size_t bytes = 0;
+    uint32_t count = 0;
+    while (count < left) {
+      uint32_t len;
+      std::memcpy(&len, rest.data() + bytes + 12, sizeof len);
+      const size_t entry = kEntryHeader + len;
+      if (count > 0 && bytes + entry > kMaxDiffsMessageBytes) break;
+      bytes += entry;
+      ++count;
+    }
     std::vector<std::byte> payload;
+    payload.reserve(12 + bytes);
     ByteWriter w(&payload);
     w.u32(me_);
     w.u32(interval);
-    w.u32(b.count);
-    w.bytes(b.bytes);
-    Status s = comm_.send(static_cast<comm::NodeId>(home), msg::kDiffs, payload);
+    w.u32(count);
+    w.bytes(rest.first(bytes));
+    Status s = comm_.send(home, msg::kDiffs, payload);
     LOOM_CHECK(s.is_ok(), "sending diffs to node {}: {}", home, s.to_string());
+    rest = rest.subspan(bytes);
+    left -= count;
   }
+  LOOM_CHECK(rest.empty(), "diffs to node {}: {} bytes after the batch's {} entries", home,
+             rest.size(), b.count);
 }
 
 std::vector<PageId> Hlrc::scan_hot(std::vector<PageId>* unarmed) {

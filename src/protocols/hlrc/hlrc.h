@@ -460,6 +460,9 @@ class Hlrc final : public Protocol, public Consistency {
   static void add_forward(EntryBatch& b, memory::PageId page, uint32_t writer, uint32_t interval,
                           uint32_t prev, std::span<const std::byte> diff);
   void send_entry_batches(comm::MsgType type, const Batches& batches);
+  // Sends a release's diffs for `home` in hlrc.diffs messages of at most kMaxDiffsMessageBytes
+  // of entries each (one entry more if it alone is larger).
+  void send_diffs(comm::NodeId home, uint32_t interval, const DiffBatch& b);
   // A diff was applied at the home: extends or restarts the page's writer streak.
   void note_applied(memory::PageId page, memory::PageEntry& e, const HeldDiff& d)
       REQUIRES(table_.lock_of(page));
