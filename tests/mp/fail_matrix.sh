@@ -163,8 +163,16 @@ for i in "${!actions[@]}"; do
   fi
   wait "$job" 2>/dev/null; rc=$?
   # Whatever is left of the job's session is a failure, and is killed here (by pid).
-  # (Zombies are not: their launcher has ended, and init reaps them.)
-  left=$(ps -eo pid=,sid=,stat= | awk -v s="$job" '$2 == s && $3 !~ /^Z/ {print $1}')
+  # (Zombies are not: their launcher has ended, and init reaps them.) A node process may still
+  # be exiting when mpirun has ended (unmapping its memory takes a moment: CI 2026-12-07 saw one
+  # listed as left behind and a zombie in the listing after), so a process counts as left
+  # behind only if it is still there, not a zombie, 3 s after the job.
+  left=""
+  for _ in $(seq 1 30); do
+    left=$(ps -eo pid=,sid=,stat= | awk -v s="$job" '$2 == s && $3 !~ /^Z/ {print $1}')
+    [[ -z $left ]] && break
+    sleep 0.1
+  done
   if [[ -n $left ]]; then
     echo "FAILED: $phase $action (victim $victim): processes left behind: $left"
     ps -o pid,stat,cmd -p $(echo $left | tr ' ' ,) | sed 's/^/  /'
