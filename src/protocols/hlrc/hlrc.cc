@@ -1053,18 +1053,25 @@ void Hlrc::release_locked(const IntervalStamp& next, std::vector<PageWrite> writ
 }
 
 void Hlrc::send_diffs(comm::NodeId home, uint32_t interval, const DiffBatch& b) {
-  // An entry: page (8 bytes), the previous diff's interval (4), the diff's length (4), the diff.
-  constexpr size_t kEntryHeader = 16;
+  // The entries are read back as on_diffs reads them, to cut the batch between two of them.
+  ByteReader r(b.bytes);
   std::span<const std::byte> rest(b.bytes);
   uint32_t left = b.count;
   while (left > 0) {
     size_t bytes = 0;
     uint32_t count = 0;
     while (count < left) {
-      uint32_t len;
-      std::memcpy(&len, rest.data() + bytes + 12, sizeof len);
-      const size_t entry = kEntryHeader + len;
-      if (count > 0 && bytes + entry > kMaxDiffsMessageBytes) break;
+      const size_t at = r.left();
+      uint64_t page;
+      uint32_t prev, len;
+      std::span<const std::byte> diff;
+      LOOM_CHECK(r.u64(&page) && r.u32(&prev) && r.u32(&len) && r.bytes(len, &diff),
+                 "diffs to node {}: entry {} of {} cut off", home, b.count - left + count, b.count);
+      const size_t entry = at - r.left();
+      if (count > 0 && bytes + entry > kMaxDiffsMessageBytes) {
+        r = ByteReader(rest.subspan(bytes));  // the entry opens the next message
+        break;
+      }
       bytes += entry;
       ++count;
     }
