@@ -15,6 +15,14 @@
 #define LOOM_TSA(x)
 #endif
 
+// Abseil's headers (sync/locks.h uses its hash map) define five of these names too, for its
+// old users, with the same meaning: a translation unit that includes Abseil first gets ours.
+#undef GUARDED_BY
+#undef PT_GUARDED_BY
+#undef ACQUIRED_BEFORE
+#undef ACQUIRED_AFTER
+#undef NO_THREAD_SAFETY_ANALYSIS
+
 #define CAPABILITY(x) LOOM_TSA(capability(x))
 #define SCOPED_CAPABILITY LOOM_TSA(scoped_lockable)
 #define GUARDED_BY(x) LOOM_TSA(guarded_by(x))
