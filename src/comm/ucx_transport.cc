@@ -233,7 +233,10 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const Options& option
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_AM | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
-  params.mt_workers_shared = 0;
+  // why: the two workers below are driven by different threads at once (the main worker by the
+  // server thread, the waiter worker by application threads waiting for replies): ucp.h's own
+  // example of a context that must be thread-safe.
+  params.mt_workers_shared = 1;
   st = ucp_init(&params, config, &t->context_);
   if (st != UCS_OK) {
     // why: with the transports or devices restricted, "no device" means the setting asks for
