@@ -86,15 +86,30 @@ void work_for(int us) {
   }
 }
 
-// If the test is not done after `seconds`, prints the protocol state of the page holding `p` on
-// this node and fails (a hang becomes a failure that shows where it stands).
+// If this node's round counter (`progress`) stays the same for `seconds`, prints the protocol
+// state of the page holding `p` on this node and fails: a hang becomes a failure that shows where
+// it stands. Only a stall counts: under a sanitizer on a loaded machine a whole run can take
+// longer than `seconds` while every round still completes (a TSan build beside another job and
+// two CPU-bound loops: 11-27 s for 1000 Peterson rounds, all correct), and the job's own
+// timeout bounds the total.
 class Watchdog {
  public:
-  Watchdog(const void* p, int seconds) {
+  Watchdog(const void* p, int seconds, const std::atomic<int>* progress) {
     auto page = loom::runtime::current().space().page_of(p);
-    thread_ = std::thread([this, page, seconds] {
+    thread_ = std::thread([this, page, seconds, progress] {
       std::unique_lock<std::mutex> l(mu_);
-      if (cv_.wait_for(l, std::chrono::seconds(seconds), [this] { return done_; })) return;
+      int last = progress->load(std::memory_order_relaxed);
+      auto since = std::chrono::steady_clock::now();
+      for (;;) {
+        if (cv_.wait_for(l, std::chrono::milliseconds(500), [this] { return done_; })) return;
+        int now = progress->load(std::memory_order_relaxed);
+        if (now != last) {
+          last = now;
+          since = std::chrono::steady_clock::now();
+        } else if (std::chrono::steady_clock::now() - since >= std::chrono::seconds(seconds)) {
+          break;
+        }
+      }
       loom::runtime::Runtime& rt = loom::runtime::current();
       std::string state = rt.platform().dump_page(page);
       std::string table = rt.comm().counters().format_table(rt.comm().registry());
@@ -108,7 +123,8 @@ class Watchdog {
              rt.platform().at(loom::protocols::protocol_id(name)).counter_list())
           if (v != 0 && c.find("_ns") == std::string::npos)
             table += fmt::format("  {}.{} {}\n", name, c, v);
-      fail(fmt::format("no progress after {} s: {}\nmessages:\n{}", seconds, state, table));
+      fail(fmt::format("no progress for {} s (at round {}): {}\nmessages:\n{}", seconds, last,
+                       state, table));
     });
   }
   ~Watchdog() {
@@ -141,9 +157,11 @@ int peterson(int rounds, const char* protocol) {
   auto* s = shared<PetersonState>(1, with(protocol));
   loom::broadcast_ptr(nullptr, 0);  // collective, like a barrier: both start together
   if (me() < 2) {
-    Watchdog dog(s, 20);
+    std::atomic<int> round{0};
+    Watchdog dog(s, 20, &round);
     const int i = me(), j = 1 - me();
     for (int r = 0; r < rounds; ++r) {
+      round.store(r, std::memory_order_relaxed);
       // note: seq_cst atomics order this node's own accesses (x86 may delay a store past a
       // later load); sc_mrsw orders the nodes among each other.
       s->flag[i].store(1);
@@ -178,8 +196,10 @@ struct FlagsState {
 int flags(int rounds, const char* protocol) {
   check(nodes() >= 2, "flags needs 2 nodes");
   auto* s = shared<FlagsState>(1, with(protocol));
-  Watchdog dog(s, 20);
+  std::atomic<int> round{0};
+  Watchdog dog(s, 20, &round);
   for (int r = 1; r <= rounds; ++r) {
+    round.store(r, std::memory_order_relaxed);
     if (me() == 0) {
       for (int k = 0; k < 64; ++k) s->record[k] = static_cast<uint64_t>(r) * 1000 + k;
       s->go.store(static_cast<uint64_t>(r));
