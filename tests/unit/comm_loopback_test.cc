@@ -459,9 +459,12 @@ void waiting_thread_and_a_request(bool holds_lock, bool dispatcher_awake) {
   std::thread t([&] {
     waiter = std::this_thread::get_id();
     ASSERT_TRUE(cl.comms[1]->start_request(0, kEcho, bytes_of("q"), &req).is_ok());
-    if (holds_lock) held.lock();
-    cl.comms[1]->wait(req.done);
-    if (holds_lock) held.unlock();
+    if (holds_lock) {
+      MutexLock l(held);
+      cl.comms[1]->wait(req.done);
+    } else {
+      cl.comms[1]->wait(req.done);
+    }
   });
   // Node 0 answers only after node 1 had time to poll (and see node 2's note).
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
