@@ -25,6 +25,20 @@ constexpr std::chrono::milliseconds kStallCheck{1000};
 
 uint8_t st(PageState s) { return static_cast<uint8_t>(s); }
 
+// One entry of an `hlrc.diffs` message (and of a release's batch before it is cut into
+// messages): u64 page, u32 the writer's interval of its previous diff of the page, u32 length,
+// then the diff.
+struct DiffEntry {
+  uint64_t page = 0;
+  uint32_t prev = 0;
+  std::span<const std::byte> diff;
+};
+
+bool read_diff_entry(ByteReader& r, DiffEntry* e) {
+  uint32_t len;
+  return r.u64(&e->page) && r.u32(&e->prev) && r.u32(&len) && r.bytes(len, &e->diff);
+}
+
 // Records that the page's home is `home` after move `moves`, unless this node knows a later one.
 void learn_home(PageEntry& e, uint32_t home, uint32_t moves) {
   if (moves <= e.home_moves) return;
@@ -1062,17 +1076,15 @@ void Hlrc::send_diffs(comm::NodeId home, uint32_t interval, const DiffBatch& b) 
     uint32_t count = 0;
     while (count < left) {
       const size_t at = r.left();
-      uint64_t page;
-      uint32_t prev, len;
-      std::span<const std::byte> diff;
-      LOOM_CHECK(r.u64(&page) && r.u32(&prev) && r.u32(&len) && r.bytes(len, &diff),
-                 "diffs to node {}: entry {} of {} cut off", home, b.count - left + count, b.count);
-      const size_t entry = at - r.left();
-      if (count > 0 && bytes + entry > kMaxDiffsMessageBytes) {
+      DiffEntry entry;
+      LOOM_CHECK(read_diff_entry(r, &entry), "diffs to node {}: entry {} of {} cut off", home,
+                 b.count - left + count, b.count);
+      const size_t entry_bytes = at - r.left();
+      if (count > 0 && bytes + entry_bytes > kMaxDiffsMessageBytes) {
         r = ByteReader(rest.subspan(bytes));  // the entry opens the next message
         break;
       }
-      bytes += entry;
+      bytes += entry_bytes;
       ++count;
     }
     std::vector<std::byte> payload;
@@ -2057,12 +2069,13 @@ Status Hlrc::on_diffs(comm::Incoming& in) {
   Batches forward, hints;
   std::vector<Outgoing> out;
   for (uint32_t k = 0; k < count; ++k) {
-    uint64_t page;
-    uint32_t prev, len;
-    std::span<const std::byte> diff;
-    if (!r.u64(&page) || !r.u32(&prev) || !r.u32(&len) || !r.bytes(len, &diff))
+    DiffEntry entry;
+    if (!read_diff_entry(r, &entry))
       return Status::malformed(
           fmt::format("diffs ({}, {}): entry {} truncated", writer, interval, k));
+    const uint64_t page = entry.page;
+    const uint32_t prev = entry.prev;
+    const std::span<const std::byte> diff = entry.diff;
     if (page >= space_.num_pages() || prev >= interval)
       return Status::malformed(
           fmt::format("diffs ({}, {}): page {} (region of {} pages) after "
