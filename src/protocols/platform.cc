@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <thread>
+
 #include "base/log.h"
 #include "comm/completion.h"
 
@@ -137,7 +140,19 @@ std::string Platform::dump_page(memory::PageId page) {
     id = e->protocol;
   }
   if (id >= protocols_.size()) return fmt::format("page {}: protocol not known here", page);
-  return protocols_[id]->dump_page(page);
+  // why: a protocol's dump_page reads the page's state as its fatal checks do, under the page's
+  // stripe lock, which a caller from outside (a test's watchdog) does not hold. Tried for a
+  // second only: a thread that hangs may hold it, and a dump must not hang too.
+  Mutex& mu = table_.lock_of(page);
+  for (int i = 0; i < 1000; ++i) {
+    if (mu.try_lock()) {
+      std::string s = protocols_[id]->dump_page(page);
+      mu.unlock();
+      return s;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return protocols_[id]->dump_page(page) + " (read without the page's lock: held elsewhere)";
 }
 
 }  // namespace loom::protocols

@@ -80,7 +80,8 @@ class Platform final : public memory::FaultTarget, public Consistency {
     return notices_.take_barrier_mail(from, blob);
   }
 
-  // The page's protocol state, for fatal errors.
+  // The page's protocol state, for diagnostics from outside the protocols (a watchdog): read
+  // under the page's stripe lock, so never call it with that lock held.
   std::string dump_page(memory::PageId page);
 
  private:
