@@ -7,6 +7,8 @@
 #include <memory>
 #include <span>
 
+#include "base/sanitizers.h"
+
 namespace loom::comm {
 
 using NodeId = uint32_t;
@@ -70,17 +72,7 @@ class Buffer {
 
   static constexpr size_t kBlock = 4096;
   // Whether this build pools page-sized buffers (not under AddressSanitizer).
-#if defined(__SANITIZE_ADDRESS__)
-  static constexpr bool kPooling = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  static constexpr bool kPooling = false;
-#else
-  static constexpr bool kPooling = true;
-#endif
-#else
-  static constexpr bool kPooling = true;
-#endif
+  static constexpr bool kPooling = !LOOM_ASAN;
 
  private:
   friend struct detail::BufferRelease;

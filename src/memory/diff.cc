@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/sanitizers.h"
+
 // why: diffs count the changed bytes of each 64-byte block with popcount, and the baseline
 // x86-64 target has no popcount instruction, so std::popcount is a libgcc call there (1.3-1.4 %
 // of FFT's and RADIX's application-thread samples). The functions that count get a clone for
@@ -13,16 +15,7 @@
 // Not in sanitizer builds: the clones' resolver runs while the dynamic loader relocates the
 // program, before the sanitizer's runtime is set up, and an instrumented resolver crashes there
 // (seen under GCC's ThreadSanitizer).
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
-    __has_feature(memory_sanitizer)
-#define LOOM_NO_IFUNC 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define LOOM_NO_IFUNC 1
-#endif
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(LOOM_NO_IFUNC)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !LOOM_ASAN && !LOOM_TSAN
 #define LOOM_POPCNT_CLONES __attribute__((target_clones("popcnt", "default")))
 #else
 #define LOOM_POPCNT_CLONES
