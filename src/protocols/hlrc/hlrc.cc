@@ -2073,9 +2073,7 @@ Status Hlrc::on_diffs(comm::Incoming& in) {
     if (!read_diff_entry(r, &entry))
       return Status::malformed(
           fmt::format("diffs ({}, {}): entry {} truncated", writer, interval, k));
-    const uint64_t page = entry.page;
-    const uint32_t prev = entry.prev;
-    const std::span<const std::byte> diff = entry.diff;
+    const auto& [page, prev, diff] = entry;
     if (page >= space_.num_pages() || prev >= interval)
       return Status::malformed(
           fmt::format("diffs ({}, {}): page {} (region of {} pages) after "
