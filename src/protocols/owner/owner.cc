@@ -88,6 +88,19 @@ OwnerProtocol::OwnerProtocol(const Core& core, Mode mode)
 
 OwnerProtocol::~OwnerProtocol() = default;
 
+// The state of page `other`, read under its stripe lock, for a dump of `page` (whose stripe the
+// caller holds). why try_lock: the dump runs while this thread holds page's stripe and work_mu_,
+// and waiting for another stripe here could deadlock with a thread that holds it and waits for
+// either; a stripe busy elsewhere is shown as such.
+std::string OwnerProtocol::other_state(PageId page, PageId other) {
+  Mutex& mu = table_.lock_of(other);
+  if (&mu == &table_.lock_of(page)) return state_name(table_.at(other).state);
+  if (!mu.try_lock()) return "? (its stripe is held elsewhere)";
+  std::string s = state_name(table_.at(other).state);
+  mu.unlock();
+  return s;
+}
+
 std::string OwnerProtocol::dump_page(PageId page) {
   PageEntry* e = table_.find(page);
   if (e == nullptr) return fmt::format("page {}: no entry", page);
@@ -105,7 +118,7 @@ std::string OwnerProtocol::dump_page(PageId page) {
     for (const auto& [p, w] : work_)
       if (p != page && w.waiting_busy + w.waiting_reply > 0)
         work_state += fmt::format("; page {} has {} waiting threads (state {})", p,
-                                  w.waiting_busy + w.waiting_reply, state_name(table_.at(p).state));
+                                  w.waiting_busy + w.waiting_reply, other_state(page, p));
   }
   return fmt::format(
       "page {} on node {} ({}): home={} state={} prot={} prob_owner={} epoch={} fetching={} "

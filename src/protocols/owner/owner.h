@@ -78,6 +78,8 @@ class OwnerProtocol final : public Protocol {
   const Counters& counters() const { return counters_; }
 
  private:
+  // For dump_page: the state of page `other`, read under its stripe lock if that is free.
+  std::string other_state(memory::PageId page, memory::PageId other);
   struct Out {  // a message to send once the stripe lock is released
     comm::NodeId dst;
     comm::MsgType type;
