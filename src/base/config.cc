@@ -133,6 +133,11 @@ const ConfigRow kRows[] = {
      "hlrc: a home that applies this many diffs in a row from one other node (no other write in "
      "between) offers that node the page's home. 0: homes never move.",
      "", 0, 1 << 20},
+    {"THIN_OFFERS", ConfigType::kBool, "1",
+     "hlrc, home migration: a home offers a page without its bytes; the writer takes it if its "
+     "copy is at the master's version and asks for the bytes otherwise. 0: every offer carries "
+     "the page.",
+     ""},
     {"LAZY_RELEASE", ConfigType::kBool, "1",
      "Locks release only when their token leaves the node (an unlock that keeps the lock on the "
      "node releases nothing). 0: every unlock releases.",

@@ -31,6 +31,7 @@ std::vector<Entry>& registry() {
          if (c.config != nullptr) {
            o.prefetch = c.config->get_bool("PREFETCH");
            o.migrate_after = static_cast<uint32_t>(c.config->get_int("HOME_MIGRATION"));
+           o.thin_offers = c.config->get_bool("THIN_OFFERS");
          }
          return std::make_unique<hlrc::Hlrc>(c.comm, c.frames, c.table, c.heap, o);
        }},

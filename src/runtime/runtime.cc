@@ -386,6 +386,7 @@ void Runtime::start_memory() {
   protocols::hlrc::Hlrc::Options hopts;
   hopts.prefetch = config_.get_bool("PREFETCH");
   hopts.migrate_after = static_cast<uint32_t>(config_.get_int("HOME_MIGRATION"));
+  hopts.thin_offers = config_.get_bool("THIN_OFFERS");
   hopts.push_pages = static_cast<uint32_t>(config_.get_int("PUSH_PAGES"));
   hopts.fetch_ahead = static_cast<uint32_t>(config_.get_int("FETCH_AHEAD"));
   hopts.first_touch_run = static_cast<uint32_t>(config_.get_int("FIRST_TOUCH_RUN"));
@@ -466,6 +467,8 @@ nlohmann::json Runtime::dsm_json() const {
   j["homes_taken"] = v(c.homes_taken);
   j["home_offers_declined"] = v(c.offers_declined);
   j["home_offers_deferred"] = v(c.offers_deferred);
+  j["home_offers_thin_taken"] = v(c.thin_offers_taken);
+  j["home_offer_masters_sent"] = v(c.offer_masters_sent);
   j["diffs_held_back"] = v(c.diffs_held_back);
   j["home_redirects_sent"] = v(c.redirects_sent);
   j["home_redirects_followed"] = v(c.redirects_followed);

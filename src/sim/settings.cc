@@ -145,6 +145,15 @@ const std::vector<Setting>& settings() {
          return o.lrc_gc_bytes == 0 ? kLrcDefaultGcBytes : o.lrc_gc_bytes;
        },
        [](Options& o, uint64_t v) { o.lrc_gc_bytes = v; }},
+      {"thin-offers",
+       "hlrc: home offers without the page's bytes when the writer's copy is at the master's "
+       "version (LOOM_THIN_OFFERS)",
+       "hlrc",
+       0,
+       1,
+       {0, 1},
+       [](const Options& o) -> uint64_t { return o.hlrc.thin_offers ? 1 : 0; },
+       [](Options& o, uint64_t v) { o.hlrc.thin_offers = v != 0; }},
       // A new setting joins the draw here (lock batching: its flag, its values, its Options field).
   };
   return table;

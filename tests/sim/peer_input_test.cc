@@ -464,6 +464,44 @@ TEST(PeerInputDeathTest, FinalHomeOfferToANodeNotTakingThePage) {
       "1, flags 2) from node 0");
 }
 
+// A thin home offer carries no page bytes, so it cannot be a final offer (which brings the master
+// to a node that took the page on condition): one that says both is malformed, and so is a thin
+// offer followed by page bytes. Node 1 reads node 0's page, then node 0 sends such an offer.
+TEST(PeerInputDeathTest, ThinHomeOfferThatIsFinalOrCarriesThePage) {
+  for (const bool final : {true, false}) {
+    auto a = std::make_shared<uint64_t>(0);
+    expect_stop(
+        [a, final](Simulation& sim) {
+          comm::MsgType type = 0;
+          while (sim.comm(0).registry().name_of(type) != "hlrc.home_offer") ++type;
+          const uint64_t base = sim.region_base();
+          sim.spawn(0, [a, type, base, final](Thread& t) {
+            *a = t.alloc(kPage, memory::Placement::kNode, 0);
+            t.write(*a, 1);
+            t.barrier(barrier_id(0), 2);
+            t.barrier(barrier_id(0), 2);
+            std::vector<std::byte> b;
+            hl::ByteWriter w(&b);
+            w.u64((*a - base) / kPage);
+            w.u32(1);                  // move 1
+            w.u32(final ? 4 | 2 : 4);  // thin (and final)
+            w.u32(0);                  // version: no entries
+            if (!final) w.bytes(std::vector<std::byte>(kPage));
+            t.inject(1, type, b, /*request=*/false);
+            t.barrier(barrier_id(0), 2);
+          });
+          sim.spawn(1, [a](Thread& t) {
+            t.barrier(barrier_id(0), 2);
+            EXPECT_EQ(t.read(*a), 1u);
+            t.barrier(barrier_id(0), 2);
+            t.barrier(barrier_id(0), 2);
+          });
+        },
+        "node 1: bad 'hlrc.home_offer' message from node 0: malformed: home offer of page 0: bad "
+        "payload");
+  }
+}
+
 // A home offer is answered by the node it was made to. Node 0 offers its page to node 1, the
 // page's only writer (migration after one diff); node 2 answers it first, declining. Taken for
 // node 1's answer, it put the page back, and node 1's own answer was then blamed as out of turn.

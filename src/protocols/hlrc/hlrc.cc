@@ -214,13 +214,15 @@ std::vector<memory::PageRun> runs_of(const Pages& pages) {
 struct HomeAnswer {
   uint64_t page;
   uint32_t moves;
-  uint32_t accepted;  // kDeclined, kTaken or kTakenAfterDiffs
+  uint32_t accepted;  // kDeclined, kTaken, kTakenAfterDiffs or kWantMaster
   uint32_t through;   // kTakenAfterDiffs: the taker's last diff of the page sent to the old home
   uint32_t reserved;  // 0
 };
-constexpr uint32_t kDeclined = 0, kTaken = 1, kTakenAfterDiffs = 2;
-// `hlrc.home_offer` flags.
-constexpr uint32_t kOfferShared = 1, kOfferFinal = 2;
+// kWantMaster: a thin offer the taker would take with the master's bytes (its copy is not at the
+// master's version): the old home sends the offer again with them.
+constexpr uint32_t kDeclined = 0, kTaken = 1, kTakenAfterDiffs = 2, kWantMaster = 3;
+// `hlrc.home_offer` flags. kOfferThin: no page bytes follow the version.
+constexpr uint32_t kOfferShared = 1, kOfferFinal = 2, kOfferThin = 4;
 
 }  // namespace
 
@@ -2339,21 +2341,25 @@ void Hlrc::maybe_offer_locked(PageId page, PageEntry& e, std::vector<Outgoing>* 
     e.prot = Prot::kNone;
     space_.protect(page, 1, e.prot);
   }
-  out->push_back({to, msg::kHomeOffer, offer_payload(page, e, to, false)});
+  const OfferKind kind = opts_.thin_offers ? OfferKind::kThin : OfferKind::kFull;
+  out->push_back({to, msg::kHomeOffer, offer_payload(page, e, to, kind)});
   counters_.home_offers.fetch_add(1, std::memory_order_relaxed);
 }
 
-std::vector<std::byte> Hlrc::offer_payload(PageId page, PageEntry& e, comm::NodeId to, bool final) {
+std::vector<std::byte> Hlrc::offer_payload(PageId page, PageEntry& e, comm::NodeId to,
+                                           OfferKind kind) {
+  const bool thin = kind == OfferKind::kThin;
   std::vector<std::byte> payload;
-  payload.reserve(kPageBytes + 64 + 8 * e.version.entries().size());
+  payload.reserve((thin ? 0 : kPageBytes) + 64 + 8 * e.version.entries().size());
   ByteWriter w(&payload);
   w.u64(page);
   w.u32(e.home_moves + 1);
   // Whether a node other than the new home may hold a copy (this node drops its own if the offer
   // is taken): if none does, the page is private at its new home.
-  w.u32((others_may_hold(e, to) ? kOfferShared : 0) | (final ? kOfferFinal : 0));
+  w.u32((others_may_hold(e, to) ? kOfferShared : 0) |
+        (kind == OfferKind::kFinal ? kOfferFinal : 0) | (thin ? kOfferThin : 0));
   write_version(w, e.version);
-  w.bytes({space_.sys_page(page), kPageBytes});
+  if (!thin) w.bytes({space_.sys_page(page), kPageBytes});
   return payload;
 }
 
@@ -2372,7 +2378,7 @@ void Hlrc::advance_take_locked(PageId page, PageEntry& e, std::vector<Outgoing>*
     MutexLock h(held_mu_);
     pending_takes_.erase(page);
   }
-  out->push_back({take.to, msg::kHomeOffer, offer_payload(page, e, take.to, true)});
+  out->push_back({take.to, msg::kHomeOffer, offer_payload(page, e, take.to, OfferKind::kFinal)});
 }
 
 // The node a home offers its page to. Runs on the server thread.
@@ -2383,11 +2389,14 @@ Status Hlrc::on_home_offer(comm::Incoming& in) {
   VersionVec version;
   std::span<const std::byte> data;
   if (!r.u64(&page) || page >= space_.heap_pages() || !r.u32(&moves) || moves == 0 ||
-      !r.u32(&flags) || flags > (kOfferShared | kOfferFinal) ||
-      !read_version(r, nodes_, &version).is_ok() || !r.bytes(kPageBytes, &data) || r.left() != 0)
+      !r.u32(&flags) || flags > (kOfferShared | kOfferFinal | kOfferThin) ||
+      (flags & (kOfferFinal | kOfferThin)) == (kOfferFinal | kOfferThin) ||
+      !read_version(r, nodes_, &version).is_ok() ||
+      ((flags & kOfferThin) == 0 && !r.bytes(kPageBytes, &data)) || r.left() != 0)
     return Status::malformed(fmt::format("home offer of page {}: bad payload", page));
   const bool shared = (flags & kOfferShared) != 0;
   const bool final = (flags & kOfferFinal) != 0;
+  const bool thin = (flags & kOfferThin) != 0;
   PageEntry& e = table_.at(page);
   HomeAnswer answer{page, moves, kDeclined, 0, 0};
   {
@@ -2416,6 +2425,10 @@ Status Hlrc::on_home_offer(comm::Incoming& in) {
       answer.accepted = kTakenAfterDiffs;
       answer.through = e.last_flush;
       counters_.offers_deferred.fetch_add(1, std::memory_order_relaxed);
+    } else if (thin && base && version.get(me_) == e.last_flush &&
+               !(e.version.covers(version) && version.covers(e.version))) {
+      // Our copy is not at the master's version: it would be taken with the master's bytes.
+      answer.accepted = kWantMaster;
     } else if (final || (base && version.get(me_) == e.last_flush)) {
       LOOM_CHECK(!e.fetching, "a final home offer while the page is fetched: {}", dump_page(page));
       // The copy is its base (the twin if it has unreleased local writes, else the copy itself,
@@ -2430,14 +2443,17 @@ Status Hlrc::on_home_offer(comm::Incoming& in) {
       // do not touch without first acquiring them (a data-race-free program), so they may be
       // written while the page is open, as a home applies diffs. (A copy without a twin is not
       // open for writing, so it may serve as its own base.)
+      // A thin offer is taken only by a copy at the master's version: its base is the master
+      // (every write the master holds, ours included, and no other), so there is nothing to bring.
       std::byte* sys = space_.sys_page(page);
       const std::byte* base = e.twin != nullptr ? e.twin.get() : sys;
       std::vector<std::byte> newer;
-      if (memory::diff_create(base, data.data(), &newer) != 0) {
+      if (!thin && memory::diff_create(base, data.data(), &newer) != 0) {
         Status s = memory::diff_apply(newer, sys);
         LOOM_CHECK(s.is_ok(), "applying the offered master: {}: {}", s.to_string(),
                    dump_page(page));
       }
+      if (thin) counters_.thin_offers_taken.fetch_add(1, std::memory_order_relaxed);
       e.twin.reset();
       e.home = static_cast<int32_t>(me_);
       e.home_moves = moves;
@@ -2479,7 +2495,7 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
                                          in.payload().size(), sizeof(HomeAnswer)));
   }
   std::memcpy(&a, in.payload().data(), sizeof a);
-  if (a.page >= space_.heap_pages() || a.accepted > kTakenAfterDiffs || a.reserved != 0 ||
+  if (a.page >= space_.heap_pages() || a.accepted > kWantMaster || a.reserved != 0 ||
       (a.through != 0) != (a.accepted == kTakenAfterDiffs))
     return Status::malformed(fmt::format("home answer for page {}: bad payload", a.page));
   PageEntry& e = table_.at(a.page);
@@ -2509,6 +2525,13 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
       return Status::malformed(
           fmt::format("home answer {} for page {} (move {}, through {}) from node {}: {}",
                       a.accepted, a.page, a.moves, a.through, in.src(), dump_page(a.page)));
+    if (a.accepted == kWantMaster) {
+      // A thin offer the taker takes with the master: the same offer again, with its bytes. The
+      // page is still offered, so the master has not changed since (diffs are held).
+      out.push_back(
+          {in.src(), msg::kHomeOffer, offer_payload(a.page, e, in.src(), OfferKind::kFull)});
+      counters_.offer_masters_sent.fetch_add(1, std::memory_order_relaxed);
+    }
     if (a.accepted == kTakenAfterDiffs) {
       // Taken once this home has the taker's diffs that are on their way: still offered (local
       // faults, requests and other writers' diffs wait), those diffs are applied as they come,

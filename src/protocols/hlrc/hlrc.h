@@ -91,8 +91,10 @@ struct Counters {
       // home migration: offers made / accepted here, homes taken, declines, redirects answered
       // and followed, diffs forwarded to a page's new home
       home_offers{0}, homes_moved{0}, homes_taken{0}, offers_declined{0}, offers_deferred{0},
-      diffs_held_back{0}, redirects_sent{0}, redirects_followed{0}, diffs_forwarded{0},
-      fault_ns{0},       // time inside the fault handler
+      // thin offers: taken without the master (new home), masters sent after a thin offer
+      // (old home)
+      thin_offers_taken{0}, offer_masters_sent{0}, diffs_held_back{0}, redirects_sent{0},
+      redirects_followed{0}, diffs_forwarded{0}, fault_ns{0},  // time inside the fault handler
       fetch_wait_ns{0},  // of which waiting for page replies (request + transfer)
       // barrier pushes: pages sent as a home, installed, used (first access), declined (unused
       // by the next barrier), dropped (arrived too old, or for a copy with local writes)
@@ -127,6 +129,10 @@ class Hlrc final : public Protocol, public Consistency {
     // home or anyone else in between) the home offers the page to that node. 0: homes stay
     // (docs/protocols/hlrc.md#home-migration: why 2 is the default).
     uint32_t migrate_after = 2;
+    // Thin home offers: a home offers a page without its 4 KiB; the writer takes it when its copy
+    // is at the master's version (the usual case: its diff was the last write), and asks for the
+    // master otherwise (docs/protocols/hlrc.md#home-migration). false: every offer carries it.
+    bool thin_offers = true;
     // Barrier pushes: at a barrier, a home sends each node that reads a page it wrote since the
     // last barrier a copy of it with the release, at most this many pages per node and barrier
     // (docs/protocols/hlrc.md#barrier-pushes). 0: off.
@@ -470,10 +476,12 @@ class Hlrc final : public Protocol, public Consistency {
   // streak is long enough and the page can move now.
   void maybe_offer_locked(memory::PageId page, memory::PageEntry& e, std::vector<Outgoing>* out)
       REQUIRES(table_.lock_of(page));
-  // The `hlrc.home_offer` of the page's master to `to`; `final`: an offer `to` took on
-  // condition (its diffs were on their way here), which it must take now.
+  // The kinds of `hlrc.home_offer`: kThin without the master's bytes (the writer's copy is
+  // likely the master already), kFull with them, kFinal with them to a node that took the page
+  // on condition (its diffs were on their way here) and must take it now.
+  enum class OfferKind { kThin, kFull, kFinal };
   std::vector<std::byte> offer_payload(memory::PageId page, memory::PageEntry& e, comm::NodeId to,
-                                       bool final) REQUIRES(table_.lock_of(page));
+                                       OfferKind kind) REQUIRES(table_.lock_of(page));
   // Home side, while a node takes the page on condition: applies the taker's held diffs that are
   // next in its order, and makes the final offer once the last of those it named is in.
   void advance_take_locked(memory::PageId page, memory::PageEntry& e, std::vector<Outgoing>* out)
