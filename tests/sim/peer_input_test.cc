@@ -550,6 +550,52 @@ TEST(PeerInputDeathTest, HomeAnswerFromANodeTheOfferWasNotMadeTo) {
               testing::ExitedWithCode(0), "");
 }
 
+// "Want master" answers a thin offer only (the old home then sends the page's bytes): to a full
+// offer it would have the old home send the same offer again and again. Node 0 offers its page to
+// node 1 with the bytes (thin offers off); node 1's application thread answers "want master"
+// before its server thread's own answer.
+TEST(PeerInputDeathTest, WantMasterAnswerToAFullHomeOffer) {
+  Options o;
+  o.nodes = 2;
+  o.seed = 4;  // (a schedule in which the injected answer comes first)
+  o.hlrc.migrate_after = 1;
+  o.hlrc.thin_offers = false;
+  o.write_tracking = false;  // (a tracked page is offered one diff later)
+  const uint64_t b = barrier_id(0);
+  auto a = std::make_shared<uint64_t>(0);
+  auto setup = [a, b](Simulation& sim) {
+    const uint64_t base = sim.region_base();
+    Simulation* s = &sim;
+    sim.spawn(0, [a, b](Thread& t) {
+      *a = t.alloc(kPage, memory::Placement::kNode, 0);
+      t.barrier(b, 2);
+      t.barrier(b, 2);
+      t.barrier(b, 2);
+    });
+    sim.spawn(1, [a, b, s, base](Thread& t) {
+      t.barrier(b, 2);
+      t.write(*a, 7);
+      t.barrier(b, 2);  // the diff; node 0 offers the page to node 1
+      t.wait_until([s] { return s->hlrc_counters(0).home_offers.load() >= 1; });
+      std::vector<std::byte> answer;
+      hl::ByteWriter w(&answer);
+      w.u64((*a - base) / kPage);
+      w.u32(1);  // move 1
+      w.u32(3);  // want master
+      w.u32(0);
+      w.u32(0);
+      t.inject(0, hl::msg::kHomeAnswer, answer, /*request=*/false);
+      t.barrier(b, 2);
+    });
+  };
+  EXPECT_EXIT(
+      run_expecting(o, setup,
+                    {"node 0: bad 'hlrc.home_answer' message from node 1: malformed: home "
+                     "answer 3 for page 0 (move 1, through 0) from node 1: page 0 on node 0",
+                     "state=home-moving"}),
+      testing::ExitedWithCode(0), "");
+}
+
 // Replies, parsed by the application thread that waits for them.
 
 // Both nodes' one thread waits at barrier `b`, `times` times (from the second on, node 1's

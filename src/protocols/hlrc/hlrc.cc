@@ -2342,6 +2342,10 @@ void Hlrc::maybe_offer_locked(PageId page, PageEntry& e, std::vector<Outgoing>* 
     space_.protect(page, 1, e.prot);
   }
   const OfferKind kind = opts_.thin_offers ? OfferKind::kThin : OfferKind::kFull;
+  if (kind == OfferKind::kThin) {
+    MutexLock h(held_mu_);
+    thin_offered_.insert(page);
+  }
   out->push_back({to, msg::kHomeOffer, offer_payload(page, e, to, kind)});
   counters_.home_offers.fetch_add(1, std::memory_order_relaxed);
 }
@@ -2507,10 +2511,11 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
   {
     MutexLock l(table_.lock_of(a.page));
     if (Status s = check_page_protocol(a.page, e, kHlrcId, "home answer"); !s) return s;
-    bool pending;
+    bool pending, thin;
     {
       MutexLock h(held_mu_);
       pending = pending_takes_.count(a.page) != 0;
+      thin = thin_offered_.erase(a.page) != 0;
     }
     // note: while the page is offered, its streak names the node it was offered to
     // (maybe_offer_locked; diffs are held meanwhile, so no diff changes it).
@@ -2520,8 +2525,10 @@ Status Hlrc::on_home_answer(comm::Incoming& in) {
           "offered to node {}",
           a.accepted, a.page, a.moves, a.through, in.src(), e.streak_writer));
     // note: a taker's diffs the old home has already applied cannot be the ones it waits for.
+    // note: only a thin offer may be answered "want master" (the offer it asks for is full).
     if (e.state != st(PageState::kHomeMoving) || a.moves != e.home_moves + 1 || pending ||
-        (a.accepted == kTakenAfterDiffs && a.through <= e.version.get(in.src())))
+        (a.accepted == kTakenAfterDiffs && a.through <= e.version.get(in.src())) ||
+        (a.accepted == kWantMaster && !thin))
       return Status::malformed(
           fmt::format("home answer {} for page {} (move {}, through {}) from node {}: {}",
                       a.accepted, a.page, a.moves, a.through, in.src(), dump_page(a.page)));

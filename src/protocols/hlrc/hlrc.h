@@ -40,6 +40,7 @@
 #include <span>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/thread_annotations.h"
@@ -546,6 +547,9 @@ class Hlrc final : public Protocol, public Consistency {
     uint32_t through;
   };
   std::unordered_map<memory::PageId, PendingTake> pending_takes_ GUARDED_BY(held_mu_);
+  // Home migration: pages offered thin and not answered yet; only such an offer may be answered
+  // "want master".
+  std::unordered_set<memory::PageId> thin_offered_ GUARDED_BY(held_mu_);
 
   // Barrier pushes. Lock order: a stripe lock, then push_mu_ (nothing is taken under it).
   Mutex push_mu_;
