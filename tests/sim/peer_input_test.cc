@@ -426,124 +426,107 @@ TEST(PeerInputDeathTest, HomeProtocolMessagesAboutAPageOfAnotherProtocol) {
   }
 }
 
+// Node 1 reads node 0's page, then node 0 sends it a home offer of that page out of the blue:
+// move 1, `flags`, an empty version, and the page's bytes if `with_page`.
+std::function<void(Simulation&)> offer_out_of_the_blue(uint32_t flags, bool with_page) {
+  auto a = std::make_shared<uint64_t>(0);
+  return [a, flags, with_page](Simulation& sim) {
+    comm::MsgType type = 0;
+    while (sim.comm(0).registry().name_of(type) != "hlrc.home_offer") ++type;
+    const uint64_t base = sim.region_base();
+    sim.spawn(0, [a, type, base, flags, with_page](Thread& t) {
+      *a = t.alloc(kPage, memory::Placement::kNode, 0);
+      t.write(*a, 1);
+      t.barrier(barrier_id(0), 2);
+      t.barrier(barrier_id(0), 2);
+      std::vector<std::byte> b;
+      hl::ByteWriter w(&b);
+      w.u64((*a - base) / kPage);
+      w.u32(1);  // move 1
+      w.u32(flags);
+      w.u32(0);  // version: no entries
+      if (with_page) w.bytes(std::vector<std::byte>(kPage));
+      t.inject(1, type, b, /*request=*/false);
+      t.barrier(barrier_id(0), 2);
+    });
+    sim.spawn(1, [a](Thread& t) {
+      t.barrier(barrier_id(0), 2);
+      EXPECT_EQ(t.read(*a), 1u);
+      t.barrier(barrier_id(0), 2);
+      t.barrier(barrier_id(0), 2);
+    });
+  };
+}
+
 // A final home offer (docs/protocols/hlrc.md#home-migration) is the second offer of a page its
 // receiver took on condition; sent to a node that is not taking the page it would make that node
-// a home without its promise to hold back its diffs. Node 1 reads node 0's page, then node 0
-// sends it a final offer of that page out of the blue.
+// a home without its promise to hold back its diffs.
 TEST(PeerInputDeathTest, FinalHomeOfferToANodeNotTakingThePage) {
-  auto a = std::make_shared<uint64_t>(0);
-  expect_stop(
-      [a](Simulation& sim) {
-        comm::MsgType type = 0;
-        while (sim.comm(0).registry().name_of(type) != "hlrc.home_offer") ++type;
-        const uint64_t base = sim.region_base();
-        sim.spawn(0, [a, type, base](Thread& t) {
-          *a = t.alloc(kPage, memory::Placement::kNode, 0);
-          t.write(*a, 1);
-          t.barrier(barrier_id(0), 2);
-          t.barrier(barrier_id(0), 2);
-          std::vector<std::byte> b;
-          hl::ByteWriter w(&b);
-          w.u64((*a - base) / kPage);
-          w.u32(1);  // move 1
-          w.u32(2);  // final
-          w.u32(0);  // version: no entries
-          std::vector<std::byte> page(kPage);
-          w.bytes(page);
-          t.inject(1, type, b, /*request=*/false);
-          t.barrier(barrier_id(0), 2);
-        });
-        sim.spawn(1, [a](Thread& t) {
-          t.barrier(barrier_id(0), 2);
-          EXPECT_EQ(t.read(*a), 1u);
-          t.barrier(barrier_id(0), 2);
-          t.barrier(barrier_id(0), 2);
-        });
-      },
-      "node 1: bad 'hlrc.home_offer' message from node 0: malformed: home offer of page 0 (move "
-      "1, flags 2) from node 0");
+  expect_stop(offer_out_of_the_blue(/*final*/ 2, true),
+              "node 1: bad 'hlrc.home_offer' message from node 0: malformed: home offer of page 0 "
+              "(move 1, flags 2) from node 0");
 }
 
 // A thin home offer carries no page bytes, so it cannot be a final offer (which brings the master
 // to a node that took the page on condition): one that says both is malformed, and so is a thin
-// offer followed by page bytes. Node 1 reads node 0's page, then node 0 sends such an offer.
+// offer followed by page bytes.
 TEST(PeerInputDeathTest, ThinHomeOfferThatIsFinalOrCarriesThePage) {
-  for (const bool final : {true, false}) {
-    auto a = std::make_shared<uint64_t>(0);
-    expect_stop(
-        [a, final](Simulation& sim) {
-          comm::MsgType type = 0;
-          while (sim.comm(0).registry().name_of(type) != "hlrc.home_offer") ++type;
-          const uint64_t base = sim.region_base();
-          sim.spawn(0, [a, type, base, final](Thread& t) {
-            *a = t.alloc(kPage, memory::Placement::kNode, 0);
-            t.write(*a, 1);
-            t.barrier(barrier_id(0), 2);
-            t.barrier(barrier_id(0), 2);
-            std::vector<std::byte> b;
-            hl::ByteWriter w(&b);
-            w.u64((*a - base) / kPage);
-            w.u32(1);                  // move 1
-            w.u32(final ? 4 | 2 : 4);  // thin (and final)
-            w.u32(0);                  // version: no entries
-            if (!final) w.bytes(std::vector<std::byte>(kPage));
-            t.inject(1, type, b, /*request=*/false);
-            t.barrier(barrier_id(0), 2);
-          });
-          sim.spawn(1, [a](Thread& t) {
-            t.barrier(barrier_id(0), 2);
-            EXPECT_EQ(t.read(*a), 1u);
-            t.barrier(barrier_id(0), 2);
-            t.barrier(barrier_id(0), 2);
-          });
-        },
-        "node 1: bad 'hlrc.home_offer' message from node 0: malformed: home offer of page 0: bad "
-        "payload");
-  }
+  const std::string bad =
+      "node 1: bad 'hlrc.home_offer' message from node 0: malformed: home offer of page 0: bad "
+      "payload";
+  expect_stop(offer_out_of_the_blue(/*thin, final*/ 4 | 2, false), bad);
+  expect_stop(offer_out_of_the_blue(/*thin*/ 4, true), bad);
 }
 
-// A home offer is answered by the node it was made to. Node 0 offers its page to node 1, the
-// page's only writer (migration after one diff); node 2 answers it first, declining. Taken for
-// node 1's answer, it put the page back, and node 1's own answer was then blamed as out of turn.
-TEST(PeerInputDeathTest, HomeAnswerFromANodeTheOfferWasNotMadeTo) {
+// Node 0 homes a page that node 1 writes once; with migration after one diff node 0 then offers
+// it to node 1. Once the offer is out, node `from`'s application thread sends node 0 a home
+// answer `accepted` (move 1) for it, ahead of node 1's own (given a schedule that allows it).
+Options offer_options(uint32_t nodes, uint64_t seed) {
   Options o;
-  o.nodes = 3;
-  o.seed = 6;  // (a schedule in which node 2's answer comes first)
+  o.nodes = nodes;
+  o.seed = seed;
   o.hlrc.migrate_after = 1;
   o.write_tracking = false;  // (a tracked page is offered one diff later)
+  return o;
+}
+std::function<void(Simulation&)> answer_ahead(uint32_t nodes, uint32_t from, uint32_t accepted) {
   const uint64_t b = barrier_id(0);
   auto a = std::make_shared<uint64_t>(0);
-  auto setup = [a, b](Simulation& sim) {
+  return [a, b, nodes, from, accepted](Simulation& sim) {
     const uint64_t base = sim.region_base();
     Simulation* s = &sim;
-    sim.spawn(0, [a, b](Thread& t) {
-      *a = t.alloc(kPage, memory::Placement::kNode, 0);
-      t.barrier(b, 3);
-      t.barrier(b, 3);
-      t.barrier(b, 3);
-    });
-    sim.spawn(1, [a, b](Thread& t) {
-      t.barrier(b, 3);
-      t.write(*a, 7);
-      t.barrier(b, 3);  // the diff; node 0 offers the page to node 1
-      t.barrier(b, 3);
-    });
-    sim.spawn(2, [a, b, s, base](Thread& t) {
-      t.barrier(b, 3);
-      t.wait_until([s] { return s->hlrc_counters(0).home_offers.load() >= 1; });
-      std::vector<std::byte> answer;
-      hl::ByteWriter w(&answer);
-      w.u64((*a - base) / kPage);
-      w.u32(1);  // move 1
-      w.u32(0);  // declined
-      w.u32(0);
-      w.u32(0);
-      t.inject(0, hl::msg::kHomeAnswer, answer, /*request=*/false);
-      t.barrier(b, 3);
-      t.barrier(b, 3);
-    });
+    for (uint32_t node = 0; node < nodes; ++node)
+      sim.spawn(node, [a, b, s, base, node, nodes, from, accepted](Thread& t) {
+        if (node == 0) *a = t.alloc(kPage, memory::Placement::kNode, 0);
+        t.barrier(b, nodes);
+        if (node == 1) t.write(*a, 7);
+        if (node != from) {
+          t.barrier(b, nodes);  // node 1's diff; node 0 offers the page to node 1
+          t.barrier(b, nodes);
+          return;
+        }
+        if (node == 1) t.barrier(b, nodes);
+        t.wait_until([s] { return s->hlrc_counters(0).home_offers.load() >= 1; });
+        std::vector<std::byte> answer;
+        hl::ByteWriter w(&answer);
+        w.u64((*a - base) / kPage);
+        w.u32(1);  // move 1
+        w.u32(accepted);
+        w.u32(0);
+        w.u32(0);
+        t.inject(0, hl::msg::kHomeAnswer, answer, /*request=*/false);
+        if (node != 1) t.barrier(b, nodes);
+        t.barrier(b, nodes);
+      });
   };
-  EXPECT_EXIT(run_expecting(o, setup,
+}
+
+// A home offer is answered by the node it was made to. Node 2 answers node 0's offer to node 1
+// first, declining. Taken for node 1's answer, it put the page back, and node 1's own answer was
+// then blamed as out of turn.
+TEST(PeerInputDeathTest, HomeAnswerFromANodeTheOfferWasNotMadeTo) {
+  EXPECT_EXIT(run_expecting(offer_options(3, /*node 2's answer first*/ 6),
+                            answer_ahead(3, 2, /*declined*/ 0),
                             {"node 0: bad 'hlrc.home_answer' message from node 2: malformed: home "
                              "answer 0 for page 0 (move 1, through 0) from node 2, but the page "
                              "was offered to node 1"}),
@@ -551,45 +534,13 @@ TEST(PeerInputDeathTest, HomeAnswerFromANodeTheOfferWasNotMadeTo) {
 }
 
 // "Want master" answers a thin offer only (the old home then sends the page's bytes): to a full
-// offer it would have the old home send the same offer again and again. Node 0 offers its page to
-// node 1 with the bytes (thin offers off); node 1's application thread answers "want master"
-// before its server thread's own answer.
+// offer it would have the old home send the same offer again and again. With thin offers off,
+// node 1's application thread answers node 0's offer "want master" before its server thread does.
 TEST(PeerInputDeathTest, WantMasterAnswerToAFullHomeOffer) {
-  Options o;
-  o.nodes = 2;
-  o.seed = 4;  // (a schedule in which the injected answer comes first)
-  o.hlrc.migrate_after = 1;
+  Options o = offer_options(2, /*the injected answer first*/ 4);
   o.hlrc.thin_offers = false;
-  o.write_tracking = false;  // (a tracked page is offered one diff later)
-  const uint64_t b = barrier_id(0);
-  auto a = std::make_shared<uint64_t>(0);
-  auto setup = [a, b](Simulation& sim) {
-    const uint64_t base = sim.region_base();
-    Simulation* s = &sim;
-    sim.spawn(0, [a, b](Thread& t) {
-      *a = t.alloc(kPage, memory::Placement::kNode, 0);
-      t.barrier(b, 2);
-      t.barrier(b, 2);
-      t.barrier(b, 2);
-    });
-    sim.spawn(1, [a, b, s, base](Thread& t) {
-      t.barrier(b, 2);
-      t.write(*a, 7);
-      t.barrier(b, 2);  // the diff; node 0 offers the page to node 1
-      t.wait_until([s] { return s->hlrc_counters(0).home_offers.load() >= 1; });
-      std::vector<std::byte> answer;
-      hl::ByteWriter w(&answer);
-      w.u64((*a - base) / kPage);
-      w.u32(1);  // move 1
-      w.u32(3);  // want master
-      w.u32(0);
-      w.u32(0);
-      t.inject(0, hl::msg::kHomeAnswer, answer, /*request=*/false);
-      t.barrier(b, 2);
-    });
-  };
   EXPECT_EXIT(
-      run_expecting(o, setup,
+      run_expecting(o, answer_ahead(2, 1, /*want master*/ 3),
                     {"node 0: bad 'hlrc.home_answer' message from node 1: malformed: home "
                      "answer 3 for page 0 (move 1, through 0) from node 1: page 0 on node 0",
                      "state=home-moving"}),
