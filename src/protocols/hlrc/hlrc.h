@@ -92,10 +92,8 @@ struct Counters {
       // home migration: offers made / accepted here, homes taken, declines, redirects answered
       // and followed, diffs forwarded to a page's new home
       home_offers{0}, homes_moved{0}, homes_taken{0}, offers_declined{0}, offers_deferred{0},
-      // thin offers: taken without the master (new home), masters sent after a thin offer
-      // (old home)
-      thin_offers_taken{0}, offer_masters_sent{0}, diffs_held_back{0}, redirects_sent{0},
-      redirects_followed{0}, diffs_forwarded{0}, fault_ns{0},  // time inside the fault handler
+      diffs_held_back{0}, redirects_sent{0}, redirects_followed{0}, diffs_forwarded{0},
+      fault_ns{0},       // time inside the fault handler
       fetch_wait_ns{0},  // of which waiting for page replies (request + transfer)
       // barrier pushes: pages sent as a home, installed, used (first access), declined (unused
       // by the next barrier), dropped (arrived too old, or for a copy with local writes)
@@ -112,7 +110,10 @@ struct Counters {
       // write tracking at the home: pages armed (they join the hot set), pages dropped from it
       // (back to a fault per first write), scans of the hot set at releases, and the pages
       // they found written
-      wp_arms{0}, wp_drops{0}, wp_scans{0}, wp_written{0};
+      wp_arms{0}, wp_drops{0}, wp_scans{0}, wp_written{0},
+      // home migration, thin offers: taken without the master (new home), masters sent after a
+      // thin offer (old home)
+      thin_offers_taken{0}, offer_masters_sent{0};
 };
 
 class Hlrc final : public Protocol, public Consistency {
