@@ -2424,16 +2424,17 @@ Status Hlrc::on_home_offer(comm::Incoming& in) {
     VersionVec ours = version;
     ours.raise(me_, e.last_flush);
     const bool base = !e.fetching && ours.covers(e.version);
+    // (the master has every diff of ours: nothing of ours is on its way to the old home)
+    const bool all_ours = base && version.get(me_) == e.last_flush;
     if (base && !final && version.get(me_) < e.last_flush) {
       e.taking = true;
       answer.accepted = kTakenAfterDiffs;
       answer.through = e.last_flush;
       counters_.offers_deferred.fetch_add(1, std::memory_order_relaxed);
-    } else if (thin && base && version.get(me_) == e.last_flush &&
-               !(e.version.covers(version) && version.covers(e.version))) {
+    } else if (thin && all_ours && !(e.version.covers(version) && version.covers(e.version))) {
       // Our copy is not at the master's version: it would be taken with the master's bytes.
       answer.accepted = kWantMaster;
-    } else if (final || (base && version.get(me_) == e.last_flush)) {
+    } else if (final || all_ours) {
       LOOM_CHECK(!e.fetching, "a final home offer while the page is fetched: {}", dump_page(page));
       // The copy is its base (the twin if it has unreleased local writes, else the copy itself,
       // at e.version) plus those local writes. Bring in only what the master has beyond the
