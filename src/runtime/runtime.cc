@@ -391,6 +391,7 @@ void Runtime::start_memory() {
   hopts.fetch_ahead = static_cast<uint32_t>(config_.get_int("FETCH_AHEAD"));
   hopts.first_touch_run = static_cast<uint32_t>(config_.get_int("FIRST_TOUCH_RUN"));
   hopts.write_ahead = static_cast<uint32_t>(config_.get_int("WRITE_AHEAD"));
+  hopts.hot_idle_releases = static_cast<uint32_t>(config_.get_int("HOT_IDLE_RELEASES"));
   hopts.stall_report_ms = config_.get_int("STALL_REPORT_MS");
   hopts.causal_fetch = config_.get_bool("CAUSAL_FETCH");
   hlrc_ = std::make_unique<protocols::hlrc::Hlrc>(*comm_, *space_, *table_, *heap_, hopts);

@@ -154,6 +154,15 @@ const std::vector<Setting>& settings() {
        {0, 1},
        [](const Options& o) -> uint64_t { return o.hlrc.thin_offers ? 1 : 0; },
        [](Options& o, uint64_t v) { o.hlrc.thin_offers = v != 0; }},
+      {"hot-idle",
+       "hlrc with write tracking: releases in a row that find a tracked home page unwritten "
+       "before it leaves the hot set (LOOM_HOT_IDLE_RELEASES)",
+       "hlrc",
+       1,
+       1 << 20,
+       {1, 4, 32},
+       [](const Options& o) -> uint64_t { return o.hlrc.hot_idle_releases; },
+       [](Options& o, uint64_t v) { o.hlrc.hot_idle_releases = static_cast<uint32_t>(v); }},
       // A new setting joins the draw here (lock batching: its flag, its values, its Options field).
   };
   return table;

@@ -649,10 +649,11 @@ TEST(ScenarioTest, AnUnusedPushIsDeclinedAndNotSentAgain) {
 // reads in consecutive intervals. With tracking, only the private page's first write faults;
 // each later write is found by the release's scan, and its notice still invalidates the reader's
 // copy (the reader's EXPECT fails if a scan's result were dropped: the `ignore_written` mutant).
-// After kHotIdle barriers without a write the page leaves the hot set, and the next write faults
-// again. Without tracking, every interval's first write faults.
+// After hot_idle_releases barriers without a write the page leaves the hot set, and the next write
+// faults again. Without tracking, every interval's first write faults.
 TEST(ScenarioTest, HomeWritesInConsecutiveIntervalsInvalidateCopies) {
-  constexpr uint64_t kSteps = 6, kIdle = 6;
+  constexpr uint32_t kHotIdle = 4;
+  constexpr uint64_t kSteps = 6, kIdle = kHotIdle + 2;
   for (bool tracking : {true, false}) {
     SCOPED_TRACE(tracking ? "write tracking" : "mprotect");
     Options o;
@@ -660,6 +661,7 @@ TEST(ScenarioTest, HomeWritesInConsecutiveIntervalsInvalidateCopies) {
     o.write_tracking = tracking;
     o.hlrc.push_pages = 0;  // the reader fetches every new version
     o.hlrc.prefetch = false;
+    o.hlrc.hot_idle_releases = kHotIdle;
     Simulation sim(o);
     auto addr = std::make_shared<uint64_t>(0);
     sim.spawn(0, [addr](Thread& t) {

@@ -195,7 +195,6 @@ uint32_t write_ahead_for(PageId page, uint32_t max_window) {
 
 // Write tracking: a hot page found unwritten by this many releases in a row is write-protected
 // again (a fault per first write), so that releases scan only pages the home writes now.
-constexpr uint32_t kHotIdleReleases = 4;
 
 // Runs of consecutive pages of `pages` (ascending).
 template <class Pages>
@@ -1132,7 +1131,7 @@ std::vector<PageId> Hlrc::scan_hot(std::vector<PageId>* unarmed) {
     while (f != found.end() && *f < p) ++f;
     if (f != found.end() && *f == p)
       unwritten = 0;
-    else if (++unwritten >= kHotIdleReleases)
+    else if (++unwritten >= opts_.hot_idle_releases)
       idle.push_back(p);
   }
   // Pages home migration would offer leave too, and stay out (write-protected) even if written

@@ -157,6 +157,11 @@ class Hlrc final : public Protocol, public Consistency {
     // up to this many of the following read-only copies twinned and opened for writing with the
     // one it faulted on (docs/protocols/hlrc.md#write-ahead). 0: one page per fault.
     uint32_t write_ahead = 16;
+    // Write tracking: a tracked home page leaves the hot set (write-protected again, so its next
+    // write faults) after this many releases in a row whose scans found it unwritten
+    // (docs/protocols/hlrc.md#write-tracking). Fewer: fewer pages to scan at each release; more:
+    // fewer faults, protection changes and re-armings for pages written now and then.
+    uint32_t hot_idle_releases = 32;
     // Test-only: a deliberately broken variant, so that the simulator's consistency checker can
     // be shown to catch it (loom-sim --mutant). Never set outside tests.
     enum class Mutant : uint8_t {
@@ -322,7 +327,7 @@ class Hlrc final : public Protocol, public Consistency {
   void arm_locked(memory::PageId page, memory::PageEntry& e,
                   std::vector<memory::PageId>* defer = nullptr) REQUIRES(table_.lock_of(page));
   // At a release: the hot set's pages written since the last release (each armed again), after
-  // dropping back to write-protection the pages that stayed unwritten kHotIdleReleases times and
+  // dropping back to write-protection the pages that stayed unwritten hot_idle_releases times and
   // those home migration asked for (*unarmed, sorted: not to be armed again by this release).
   std::vector<memory::PageId> scan_hot(std::vector<memory::PageId>* unarmed) REQUIRES(release_mu_);
   // Drops `pages` (sorted) from the hot set: read-only again; appends to *found those written
