@@ -8,10 +8,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string_view>
 
@@ -280,42 +282,84 @@ void AddressSpace::track_writes(PageId first, size_t count) {
   });
 }
 
+void AddressSpace::scan_written(PageId first, size_t count, bool rearm,
+                                const std::function<void(PageId, PageId)>& on_written) {
+  page_region found[64];
+  for_each_mapping(first, count, [&](std::byte* at, size_t len) {
+    pm_scan_arg a{};
+    a.size = sizeof a;
+    a.flags = (rearm ? PM_SCAN_WP_MATCHING : 0) | PM_SCAN_CHECK_WPASYNC;
+    a.start = reinterpret_cast<uintptr_t>(at);
+    a.end = a.start + len;
+    a.vec = reinterpret_cast<uintptr_t>(found);
+    a.vec_len = std::size(found);
+    a.category_mask = PAGE_IS_WRITTEN;
+    a.return_mask = PAGE_IS_WRITTEN;
+    for (;;) {
+      wp_scan_calls_.fetch_add(1, std::memory_order_relaxed);
+      long n = ::ioctl(pagemap_, PAGEMAP_SCAN, &a);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (n < 0)
+        log::fatal(fmt::format("PAGEMAP_SCAN of pages [{}, +{}): {}", page_of(at),
+                               len >> kPageShift, std::strerror(errno)));
+      for (long k = 0; k < n; ++k)
+        on_written(page_of(reinterpret_cast<void*>(found[k].start)),
+                   page_of(reinterpret_cast<void*>(found[k].end - 1)) + 1);
+      // The walk stops early when `found` is full: go on from where it stopped.
+      if (a.walk_end >= a.end) break;
+      LOOM_CHECK(a.walk_end > a.start, "PAGEMAP_SCAN made no progress at {:#x}", a.start);
+      a.start = a.walk_end;
+    }
+  });
+}
+
 void AddressSpace::collect_written(std::span<const PageRun> runs, std::vector<PageId>* written) {
   LOOM_CHECK(uffd_ >= 0, "collect_written without write tracking");
-  page_region found[64];
-  for (const PageRun& run : runs) {
-    if (run.count == 0) continue;
-    for_each_mapping(run.first, run.count, [&](std::byte* at, size_t len) {
-      // note: one walk reports the written pages and write-protects them again, each under its
-      // page-table lock, and flushes their stale TLB entries before it returns; so a write it
-      // does not report either faults later (and is reported next time) or went through a
-      // writable entry of a page it does report, and is in the page when this returns.
-      pm_scan_arg a{};
-      a.size = sizeof a;
-      a.flags = PM_SCAN_WP_MATCHING | PM_SCAN_CHECK_WPASYNC;
-      a.start = reinterpret_cast<uintptr_t>(at);
-      a.end = a.start + len;
-      a.vec = reinterpret_cast<uintptr_t>(found);
-      a.vec_len = std::size(found);
-      a.category_mask = PAGE_IS_WRITTEN;
-      a.return_mask = PAGE_IS_WRITTEN;
-      for (;;) {
-        wp_scan_calls_.fetch_add(1, std::memory_order_relaxed);
-        long n = ::ioctl(pagemap_, PAGEMAP_SCAN, &a);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-        if (n < 0)
-          log::fatal(fmt::format("PAGEMAP_SCAN of pages [{}, +{}): {}", page_of(at),
-                                 len >> kPageShift, std::strerror(errno)));
-        for (long k = 0; k < n; ++k)
-          for (uint64_t p = found[k].start; p < found[k].end; p += kPageBytes)
-            written->push_back(page_of(reinterpret_cast<void*>(p)));
-        // The walk stops early when `found` is full: go on from where it stopped.
-        if (a.walk_end >= a.end) break;
-        LOOM_CHECK(a.walk_end > a.start, "PAGEMAP_SCAN made no progress at {:#x}", a.start);
-        a.start = a.walk_end;
+  // why two passes: each PAGEMAP_SCAN call costs ~3 us however few pages it walks (~6 ns a page
+  // beyond that), and a release's runs are often many and short (BARNES: ~60 a release) while
+  // few of them hold a written page. So runs with short gaps between them are first looked at
+  // together, without re-protecting anything (a gap may hold pages that are not tracked, which
+  // a re-protecting walk would arm); then only the runs that hold written pages are collected.
+  // A page the look found unwritten stays armed: a write after the look is reported by the next
+  // call, as one after the collecting walk would be.
+  std::vector<PageRun> collect;
+  collect.reserve(runs.size());
+  for (size_t i = 0; i < runs.size();) {
+    size_t j = i;
+    PageId end = runs[i].first + runs[i].count;
+    while (j + 1 < runs.size() && runs[j + 1].first - end <= kScanGapPages) {
+      ++j;
+      end = runs[j].first + runs[j].count;
+    }
+    if (j == i) {
+      if (runs[i].count > 0) collect.push_back(runs[i]);
+      i = j + 1;
+      continue;
+    }
+    // The written parts of runs i..j: the look's regions (ascending) intersected with the runs.
+    size_t r = i;
+    scan_written(runs[i].first, end - runs[i].first, false, [&](PageId from, PageId to) {
+      while (r <= j && runs[r].first + runs[r].count <= from) ++r;
+      for (size_t k = r; k <= j && runs[k].first < to; ++k) {
+        const PageId lo = std::max(from, runs[k].first);
+        const PageId hi = std::min<PageId>(to, runs[k].first + runs[k].count);
+        if (lo >= hi) continue;
+        if (!collect.empty() && collect.back().first + collect.back().count == lo)
+          collect.back().count += hi - lo;
+        else
+          collect.push_back(PageRun{lo, hi - lo});
       }
     });
+    i = j + 1;
   }
+  // note: one walk reports the written pages and write-protects them again, each under its
+  // page-table lock, and flushes their stale TLB entries before it returns; so a write it does
+  // not report either faults later (and is reported next time) or went through a writable entry
+  // of a page it does report, and is in the page when this returns.
+  for (const PageRun& run : collect)
+    scan_written(run.first, run.count, true, [&](PageId from, PageId to) {
+      for (PageId p = from; p < to; ++p) written->push_back(p);
+    });
 }
 
 void AddressSpace::open_static() {

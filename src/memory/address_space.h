@@ -18,8 +18,9 @@
 // Write tracking (PageFrames): where the kernel has asynchronous userfaultfd write protection
 // and the PAGEMAP_SCAN ioctl (Linux 6.7), the application view (and the static segment) is
 // registered for write protection at create(); track_writes() sets pages' write-protect bits
-// (UFFDIO_WRITEPROTECT) and collect_written() finds and re-protects the written ones in one
-// PAGEMAP_SCAN. A write to such a page costs the kernel a minor fault, no signal. Elsewhere
+// (UFFDIO_WRITEPROTECT) and collect_written() finds and re-protects the written ones with
+// PAGEMAP_SCAN (runs close together first looked at in one walk that re-protects nothing). A
+// write to such a page costs the kernel a minor fault, no signal. Elsewhere
 // (or with WriteDetect::kMprotect) can_track_writes() is false and only mprotect is used.
 //
 // Thread safety: all methods may be called from any thread. protect() from application threads
@@ -29,6 +30,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -112,6 +114,12 @@ class AddressSpace final : public PageFrames {
   // heap region into the static segment (two mappings).
   template <class Fn>
   void for_each_mapping(PageId first, size_t count, Fn fn);
+  // One PAGEMAP_SCAN walk (continued until done) of [first, first+count): calls on_written(from,
+  // to) for each region of written pages, ascending; with `rearm`, write-protects them again.
+  void scan_written(PageId first, size_t count, bool rearm,
+                    const std::function<void(PageId, PageId)>& on_written);
+  // collect_written looks at runs this close together in one walk.
+  static constexpr PageId kScanGapPages = 256;
 
   std::byte* sys_ = nullptr;
   int fd_ = -1;

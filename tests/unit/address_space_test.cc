@@ -238,6 +238,36 @@ TEST(AddressSpace, ManyScatteredWrittenPagesAreAllReported) {
   EXPECT_EQ(collect(a, {{0, pages}}), std::vector<PageId>{});
 }
 
+TEST(AddressSpace, RunsCloseTogetherAreLookedAtInOneWalkThatArmsNothingElse) {
+  // Ten tracked pages eight apart, with written pages that are not tracked between them: one
+  // look over all ten (it re-protects nothing), then a collecting walk per written run only.
+  std::unique_ptr<AddressSpace> as = tracked_space(8 << 20);
+  if (!as) GTEST_SKIP() << "no asynchronous userfaultfd write protection here";
+  AddressSpace& a = *as;
+  a.protect(0, 2000, Prot::kReadWrite);
+  std::vector<PageRun> runs;
+  for (PageId p = 0; p < 80; p += 8) {
+    a.app_page(p)[0] = std::byte{1};
+    a.track_writes(p, 1);
+    runs.push_back({p, 1});
+  }
+  a.app_page(1000)[0] = std::byte{1};
+  a.track_writes(1000, 1);  // beyond the gap a look spans: a walk of its own
+  runs.push_back({1000, 1});
+  for (PageId p = 3; p < 80; p += 8) a.app_page(p)[0] = std::byte{2};  // untracked, between
+  a.app_page(24)[1] = std::byte{2};
+  a.app_page(32)[1] = std::byte{2};
+  const uint64_t calls = a.stats().wp_scan_calls;
+  EXPECT_EQ(collect(a, runs), (std::vector<PageId>{24, 32}));
+  EXPECT_EQ(a.stats().wp_scan_calls - calls, 4u);  // the look, pages 24, 32 and 1000 (not 11)
+  EXPECT_EQ(collect(a, runs), std::vector<PageId>{});
+  // The pages between were looked at, not armed: never armed, they count as written.
+  EXPECT_EQ(collect(a, {{3, 1}, {11, 1}}), (std::vector<PageId>{3, 11}));
+  a.app_page(72)[1] = std::byte{3};
+  a.app_page(1000)[1] = std::byte{3};
+  EXPECT_EQ(collect(a, runs), (std::vector<PageId>{72, 1000}));
+}
+
 TEST(AddressSpace, StaticSegmentPagesAreTrackedToo) {
   constexpr size_t kLen = 2 * kPageBytes;
   void* data = ::mmap(nullptr, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
