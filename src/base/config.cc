@@ -133,10 +133,11 @@ const ConfigRow kRows[] = {
      "hlrc: a home that applies this many diffs in a row from one other node (no other write in "
      "between) offers that node the page's home. 0: homes never move.",
      "", 0, 1 << 20},
-    {"HOT_IDLE_RELEASES", ConfigType::kInt, "32",
+    {"HOT_IDLE_RELEASES", ConfigType::kInt, "4",
      "hlrc with write tracking (WRITE_DETECT uffd): a home page tracked without faults goes back "
      "to write protection (its next write faults) after this many releases in a row that found "
-     "it unwritten. Fewer: less to scan at each release; more: fewer faults for pages written "
+     "it unwritten. Fewer: less to scan at each release, and pages other nodes write move to "
+     "them sooner (a tracked page is not offered); more: fewer faults for pages the home writes "
      "now and then.",
      "", 1, 1 << 20},
     {"THIN_OFFERS", ConfigType::kBool, "1",

@@ -160,8 +160,9 @@ class Hlrc final : public Protocol, public Consistency {
     // Write tracking: a tracked home page leaves the hot set (write-protected again, so its next
     // write faults) after this many releases in a row whose scans found it unwritten
     // (docs/protocols/hlrc.md#write-tracking). Fewer: fewer pages to scan at each release; more:
-    // fewer faults, protection changes and re-armings for pages written now and then.
-    uint32_t hot_idle_releases = 32;
+    // fewer faults, protection changes and re-armings for pages written now and then, but a
+    // tracked page is not offered to its writer (home migration) until a release drops it.
+    uint32_t hot_idle_releases = 4;
     // Test-only: a deliberately broken variant, so that the simulator's consistency checker can
     // be shown to catch it (loom-sim --mutant). Never set outside tests.
     enum class Mutant : uint8_t {
