@@ -193,9 +193,6 @@ uint32_t write_ahead_for(PageId page, uint32_t max_window) {
   return 0;
 }
 
-// Write tracking: a hot page found unwritten by this many releases in a row is write-protected
-// again (a fault per first write), so that releases scan only pages the home writes now.
-
 // Runs of consecutive pages of `pages` (ascending).
 template <class Pages>
 std::vector<memory::PageRun> runs_of(const Pages& pages) {
